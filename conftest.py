@@ -1,0 +1,34 @@
+"""Test set-up shared by tests and docstring examples.
+
+Every test and example runs in its own temporary working directory, against one real MLflow
+SQLite store for the whole run, with neuron-mlflow's strict mode on (our own failures raise
+instead of warning) unless a test turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real MLflow SQLite store shared by the test run."""
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("NEURON_MLFLOW_") or name.startswith("MLFLOW_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+    monkeypatch.setenv("NEURON_MLFLOW_STRICT", "1")
+    import mlflow
+
+    while mlflow.active_run() is not None:
+        mlflow.end_run()

@@ -1,0 +1,62 @@
+"""Profiling backends and how one is chosen.
+
+``auto`` picks ``neuron``, then ``cuda``, then ``cpu``: the first whose
+``unavailable_reason()`` is ``None``.
+
+Example:
+    >>> resolve_backend("cpu").name
+    'cpu'
+    >>> resolve_backend("auto").name in {"cpu", "cuda"}
+    True
+"""
+
+from __future__ import annotations
+
+from neuron_mlflow.backends.base import Backend
+from neuron_mlflow.backends.cpu import CpuBackend
+from neuron_mlflow.backends.cuda import CudaBackend
+from neuron_mlflow.errors import BackendUnavailableError
+
+__all__ = ["BACKENDS", "AUTO_ORDER", "Backend", "resolve_backend"]
+
+BACKENDS: dict[str, type[Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend}
+"""Backends by name."""
+
+AUTO_ORDER = ("neuron", "cuda", "cpu")
+"""The order in which ``auto`` tries backends."""
+
+
+def resolve_backend(name: str) -> Backend:
+    """Return a ready backend for ``name`` (``auto``, ``neuron``, ``cuda`` or ``cpu``).
+
+    Raises:
+        BackendUnavailableError: the backend cannot run here; the message says what is
+            missing.
+        ConfigError: ``name`` is not a backend name.
+
+    Example:
+        >>> resolve_backend("tpu")
+        Traceback (most recent call last):
+        ...
+        neuron_mlflow.errors.ConfigError: unknown backend 'tpu'; allowed: auto, neuron, cuda, cpu
+    """
+    from neuron_mlflow.errors import ConfigError
+
+    if name == "auto":
+        for candidate in AUTO_ORDER:
+            cls = BACKENDS.get(candidate)
+            if cls is not None and cls.unavailable_reason() is None:
+                return cls()
+        return CpuBackend()
+    if name == "neuron" and name not in BACKENDS:
+        raise BackendUnavailableError(
+            "backend='neuron' is not available: this version of neuron-mlflow has no Neuron "
+            "backend yet; use backend='cuda', 'cpu' or 'auto'"
+        )
+    cls = BACKENDS.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown backend {name!r}; allowed: auto, neuron, cuda, cpu")
+    reason = cls.unavailable_reason()
+    if reason is not None:
+        raise BackendUnavailableError(reason)
+    return cls()

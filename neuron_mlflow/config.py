@@ -1,0 +1,284 @@
+"""Configuration: :class:`ProfilerConfig` and its nested models.
+
+One nested pydantic model describes a profiling set-up. It is read, highest precedence
+first, from keyword arguments, from environment variables ``NEURON_MLFLOW_<FIELD>`` (nested
+fields joined with ``__``, e.g. ``NEURON_MLFLOW_SCHEDULE__ACTIVE=5``), from the YAML file
+named by ``NEURON_MLFLOW_CONFIG``, and from the defaults below. Every invalid value raises
+:class:`~neuron_mlflow.errors.ConfigError` naming the field, the value and what is allowed.
+
+Example:
+    >>> from neuron_mlflow import ProfilerConfig, Schedule
+    >>> cfg = ProfilerConfig(backend="cpu", schedule=Schedule(warmup=2, active=5))
+    >>> cfg.schedule.active, cfg.metric_prefix, cfg.top_k
+    (5, 'profile', 20)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from neuron_mlflow.errors import ConfigError
+
+BackendName = Literal["auto", "neuron", "cuda", "cpu"]
+"""Names accepted by ``ProfilerConfig.backend``."""
+
+CONFIG_FILE_ENV = "NEURON_MLFLOW_CONFIG"
+"""Environment variable naming a YAML file with ``ProfilerConfig`` fields."""
+
+ENV_PREFIX = "NEURON_MLFLOW_"
+
+_PREFIX_PATTERN = r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$"
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the (nested) model reached by following ``loc`` from ``model``."""
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return sorted(model.model_fields)
+
+
+def config_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
+    """Turn pydantic's ``ValidationError`` into a :class:`ConfigError` with a readable message.
+
+    Each line names the field (dotted path), the value received and what is allowed.
+
+    Args:
+        model: the model class that was being validated.
+        exc: pydantic's error.
+
+    Returns:
+        The error to raise.
+
+    Example:
+        >>> from pydantic import BaseModel, Field, ValidationError
+        >>> class Steps(BaseModel):
+        ...     active: int = Field(ge=1)
+        >>> try:
+        ...     Steps(active=0)
+        ... except ValidationError as exc:
+        ...     print(config_error(Steps, exc))
+        invalid Steps:
+          active: got 0; Input should be greater than or equal to 1
+    """
+    lines = [f"invalid {model.__name__}:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(_fields_at(model, tuple(err["loc"][:-1]))) or "none"
+            lines.append(f"  {loc}: unknown field (got {err['input']!r}); allowed fields: {allowed}")
+        else:
+            lines.append(f"  {loc}: got {err['input']!r}; {err['msg']}")
+    return ConfigError("\n".join(lines), errors=exc.errors())
+
+
+_VALIDATING = contextvars.ContextVar("neuron_mlflow_validating", default=False)
+
+
+def _validate_readably(model: BaseModel, init: Any, data: dict[str, Any]) -> None:
+    """Run pydantic's ``__init__``; the outermost model turns errors into ``ConfigError``.
+
+    Nested models re-raise pydantic's own error so that the outer one reports every bad field
+    with its full dotted path.
+    """
+    if _VALIDATING.get():
+        init(**data)
+        return
+    token = _VALIDATING.set(True)
+    try:
+        init(**data)
+    except ValidationError as exc:
+        raise config_error(type(model), exc) from None
+    finally:
+        _VALIDATING.reset(token)
+
+
+class _StrictModel(BaseModel):
+    """Base of the nested models: unknown fields are errors, messages are readable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __init__(self, **data: Any) -> None:
+        _validate_readably(self, super().__init__, data)
+
+
+class Schedule(_StrictModel):
+    """When to profile, in steps; the same meaning as ``torch.profiler.schedule``.
+
+    The first ``skip_first`` steps are ignored; then each cycle of ``wait + warmup + active``
+    steps waits, warms the profiler up (recording is discarded) and records ``active`` steps,
+    which form one *window*. ``repeat`` cycles are run (``0``: until the end of the job).
+
+    Example:
+        >>> s = Schedule(wait=1, warmup=1, active=2)
+        >>> s.cycle_steps
+        4
+        >>> Schedule(active=0)
+        Traceback (most recent call last):
+        ...
+        neuron_mlflow.errors.ConfigError: invalid Schedule:
+          active: got 0; Input should be greater than or equal to 1
+    """
+
+    skip_first: int = Field(0, ge=0, description="steps ignored before the first cycle (steps)")
+    wait: int = Field(0, ge=0, description="idle steps at the start of each cycle (steps)")
+    warmup: int = Field(
+        1, ge=0, description="steps the profiler runs without recording before a window (steps)"
+    )
+    active: int = Field(3, ge=1, description="recorded steps per window (steps)")
+    repeat: int = Field(1, ge=0, description="number of cycles (windows); 0 means no limit")
+
+    @property
+    def cycle_steps(self) -> int:
+        """Steps in one cycle: ``wait + warmup + active``."""
+        return self.wait + self.warmup + self.active
+
+
+class NeuronOptions(_StrictModel):
+    """Options of the Neuron backend (``ProfilerConfig.neuron``).
+
+    Reserved: the fields arrive with the Neuron backend. Today the model accepts no field.
+
+    Example:
+        >>> NeuronOptions()
+        NeuronOptions()
+    """
+
+
+class ProfilerConfig(BaseSettings):
+    """Everything that shapes a profiling window and where its results go.
+
+    Args:
+        backend: ``auto`` (neuron, else cuda, else cpu), ``neuron``, ``cuda`` or ``cpu``.
+        schedule: when to profile, see :class:`Schedule`.
+        record_shapes, with_stack, profile_memory, with_flops: passed to ``torch.profiler``.
+        top_k: number of operators (by device time, else CPU time) logged as MLflow metrics.
+        metric_prefix: ``P`` in every metric name ``P/...``.
+        local_dir: the local spool: every window is written here before upload.
+        upload_traces: upload the trace files too (summaries are always uploaded).
+        experiment_name: MLflow experiment of a run that neuron-mlflow creates.
+        run_name: name of a run that neuron-mlflow creates.
+        neuron: Neuron backend options, see :class:`NeuronOptions`.
+        strict: re-raise failures of neuron-mlflow's own profiling/logging code instead of
+            warning (meant for tests; the user's own exceptions always propagate).
+
+    Raises:
+        ConfigError: a value is invalid; the message names field, value and what is allowed.
+
+    Example:
+        >>> import os
+        >>> os.environ["NEURON_MLFLOW_SCHEDULE__ACTIVE"] = "5"
+        >>> ProfilerConfig().schedule.active
+        5
+        >>> del os.environ["NEURON_MLFLOW_SCHEDULE__ACTIVE"]
+        >>> ProfilerConfig(top_k=-1)
+        Traceback (most recent call last):
+        ...
+        neuron_mlflow.errors.ConfigError: invalid ProfilerConfig:
+          top_k: got -1; Input should be greater than or equal to 0
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    backend: BackendName = Field("auto", description="profiling backend")
+    schedule: Schedule = Field(default_factory=Schedule, description="when to profile (steps)")
+    record_shapes: bool = Field(False, description="record operator input shapes")
+    with_stack: bool = Field(False, description="record Python stacks (costly)")
+    profile_memory: bool = Field(False, description="record tensor allocations (bytes)")
+    with_flops: bool = Field(False, description="estimate FLOPs of matmul/conv (flops)")
+    top_k: int = Field(20, ge=0, description="operators logged as metrics (count)")
+    metric_prefix: str = Field(
+        "profile", pattern=_PREFIX_PATTERN, description="prefix P of every metric name P/..."
+    )
+    local_dir: Path = Field(
+        Path("./neuron_mlflow_traces"), description="local spool directory (path)"
+    )
+    upload_traces: bool = Field(True, description="upload trace files as artifacts")
+    experiment_name: str | None = Field(None, description="experiment for runs we create")
+    run_name: str | None = Field(None, description="name of runs we create")
+    neuron: NeuronOptions = Field(default_factory=NeuronOptions, description="Neuron options")
+    strict: bool = Field(False, description="re-raise our own failures instead of warning")
+
+    def __init__(self, **values: Any) -> None:
+        _validate_readably(self, super().__init__, values)
+
+    @field_validator("metric_prefix")
+    @classmethod
+    def _no_dot_segments(cls, value: str) -> str:
+        if any(part in {".", ".."} for part in value.split("/")):
+            raise ValueError("path segments '.' and '..' are not allowed")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then environment, then the YAML file in NEURON_MLFLOW_CONFIG."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        yaml_path = os.environ.get(CONFIG_FILE_ENV)
+        if yaml_path:
+            if not Path(yaml_path).is_file():
+                raise ConfigError(
+                    f"{CONFIG_FILE_ENV} names a file that does not exist: {yaml_path!r}; "
+                    "set it to a YAML file of ProfilerConfig fields, or unset it"
+                )
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_path))
+        return tuple(sources)
+
+    def with_overrides(self, **overrides: Any) -> ProfilerConfig:
+        """Return a validated copy with ``overrides`` (``ProfilerConfig`` fields) applied.
+
+        Example:
+            >>> ProfilerConfig(backend="cpu").with_overrides(top_k=5).top_k
+            5
+        """
+        if not overrides:
+            return self
+        data = self.model_dump()
+        for key, value in overrides.items():
+            data[key] = value.model_dump() if isinstance(value, BaseModel) else value
+        return ProfilerConfig(**data)
+
+    def flat_params(self) -> dict[str, str]:
+        """The config flattened to dotted keys and string values, for MLflow params.
+
+        Example:
+            >>> ProfilerConfig(backend="cpu").flat_params()["schedule.active"]
+            '3'
+        """
+        out: dict[str, str] = {}
+
+        def walk(prefix: str, value: Any) -> None:
+            if isinstance(value, dict):
+                for key, inner in value.items():
+                    walk(f"{prefix}.{key}" if prefix else key, inner)
+            else:
+                out[prefix] = str(value)
+
+        walk("", self.model_dump(mode="json"))
+        return out

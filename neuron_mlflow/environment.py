@@ -1,0 +1,67 @@
+"""Facts about the process that go into run tags and ``summary.json``.
+
+Example:
+    >>> tags = environment_tags({"backend": "cpu", "device": "x86_64"})
+    >>> tags["neuron_mlflow.backend"], tags["neuron_mlflow.rank"]
+    ('cpu', '0')
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from importlib import metadata
+
+TAG_PREFIX = "neuron_mlflow."
+
+
+def package_version() -> str:
+    """The installed neuron-mlflow version (``0+unknown`` when run from a bare checkout).
+
+    Example:
+        >>> isinstance(package_version(), str)
+        True
+    """
+    try:
+        return metadata.version("neuron-mlflow")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """Global rank and world size: from ``torch.distributed`` when initialised, else the
+    ``RANK`` / ``WORLD_SIZE`` environment variables of torchrun, else ``(0, 1)``.
+
+    Example:
+        >>> rank_and_world_size()
+        (0, 1)
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def environment_tags(backend_facts: dict[str, str], rank: int = 0, world_size: int = 1) -> dict:
+    """Run tags: backend facts plus torch and neuron-mlflow versions, host, rank, world size.
+
+    Args:
+        backend_facts: ``Backend.describe()``.
+        rank: global rank of this process.
+        world_size: number of processes.
+
+    Returns:
+        Tag name (``neuron_mlflow.<fact>``) to string value.
+    """
+    import torch
+
+    facts = {
+        **backend_facts,
+        "torch_version": torch.__version__,
+        "version": package_version(),
+        "host": socket.gethostname(),
+        "rank": str(rank),
+        "world_size": str(world_size),
+    }
+    return {f"{TAG_PREFIX}{key}": str(value) for key, value in facts.items()}

@@ -1,0 +1,400 @@
+"""The engine: one profiling session drives capture, summary, spool and upload.
+
+Front ends (the decorator, the Lightning callback) only say when a step begins and ends.
+Outside a window a step costs a counter increment and one comparison: the profiler is
+created when a window's warm-up begins and stopped when its last recorded step ends.
+
+Example:
+    >>> import tempfile, torch
+    >>> from neuron_mlflow import ProfilerConfig, Schedule
+    >>> cfg = ProfilerConfig(backend="cpu", schedule=Schedule(warmup=1, active=2),
+    ...                      local_dir=tempfile.mkdtemp())
+    >>> session = ProfilingSession(cfg, upload=False)
+    >>> for _ in range(4):
+    ...     session.begin_step()
+    ...     _ = torch.ones(8) * 2
+    ...     session.end_step()
+    >>> session.summary.steps, session.summary.op_calls
+    (2, 2.0)
+    >>> session.close()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import warnings
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuron_mlflow.backends import resolve_backend
+from neuron_mlflow.capture import CALL_MARKER_PREFIX, CapturedStats, read_profile
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.environment import environment_tags, rank_and_world_size
+from neuron_mlflow.naming import op_keys, trace_folder, window_artifact_path, window_metrics
+from neuron_mlflow.schedule import Action, Window, action_at, next_window_start, window_at
+from neuron_mlflow.spool import Spool, WindowRecord
+from neuron_mlflow.summary import OpSummary, build_summary, render_csv, render_markdown
+
+if TYPE_CHECKING:
+    import torch.profiler
+
+
+class NeuronMlflowWarning(UserWarning):
+    """Warning for failures of neuron-mlflow's own code; the user's job goes on."""
+
+
+@dataclass
+class _Capture:
+    """A running window: its profiler and what it has recorded so far."""
+
+    window: Window
+    prof: torch.profiler.profile
+    staging: Path
+    trace_dir: Path
+    recorded_steps: int = 0
+    last_recorded: int = -1
+    wall_ns: int = 0
+    stats: CapturedStats | None = None
+    errors: list[str] = field(default_factory=list)
+    calls_marked: bool = False
+    marker: Any = None
+
+
+def _enter_marker(name: str) -> Any:
+    import torch.profiler
+
+    marker = torch.profiler.record_function(name)
+    marker.__enter__()
+    return marker
+
+
+class ProfilingSession:
+    """Capture windows by schedule, summarise them, spool them, and log them to MLflow.
+
+    Args:
+        config: the configuration.
+        prefix: the metric prefix ``P``; defaults to ``config.metric_prefix``.
+        run_id: run to log into when no MLflow run is active.
+        upload: ``False`` keeps windows in the spool only (pending).
+
+    Raises:
+        BackendUnavailableError: the configured backend cannot run here.
+
+    The run of a window is resolved when it is uploaded: the active MLflow run if any, else
+    ``run_id``, else a run this session creates once and reuses for later windows.
+    """
+
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        *,
+        prefix: str | None = None,
+        run_id: str | None = None,
+        upload: bool = True,
+    ) -> None:
+        self.config = config
+        self.prefix = prefix or config.metric_prefix
+        self.backend = resolve_backend(config.backend)
+        self.upload_enabled = upload
+        self.step_num = 0
+        self.summary: OpSummary | None = None
+        self.run_id: str | None = None
+        self.records: list[WindowRecord] = []
+        self._explicit_run_id = run_id
+        self._own_run_id: str | None = None
+        self._spool = Spool(config.local_dir)
+        self._session_dir: Path | None = None
+        self._capture: _Capture | None = None
+        self._next_start = next_window_start(config.schedule, 0)
+        self._step_started_ns = 0
+        self._closed = False
+
+    # -- stepping -----------------------------------------------------------------------
+
+    def begin_step(self, call_name: str | None = None) -> None:
+        """Mark the beginning of step ``step_num``; opens the profiler when a window begins.
+
+        Args:
+            call_name: marks the step's own work (a decorated call) so that only it is
+                summarised, not what runs between steps. Use it for every step or none.
+        """
+        if self._capture is None:
+            if self.step_num != self._next_start:
+                return
+            self._open_window(calls_marked=call_name is not None)
+        capture = self._capture
+        if capture is not None and call_name is not None:
+            capture.marker = self._guarded(_enter_marker, CALL_MARKER_PREFIX + call_name)
+        self._step_started_ns = time.perf_counter_ns()
+
+    def end_step(self) -> None:
+        """Mark the end of step ``step_num``; closes and logs the window after its last step."""
+        capture = self._capture
+        if capture is None:
+            self.step_num += 1
+            return
+        action = action_at(self.config.schedule, self.step_num)
+        try:
+            self._guarded(self.backend.synchronize)
+            self._exit_marker(capture)
+            if action in (Action.RECORD, Action.RECORD_AND_SAVE):
+                capture.wall_ns += time.perf_counter_ns() - self._step_started_ns
+                capture.recorded_steps += 1
+                capture.last_recorded = self.step_num
+            self._guarded(capture.prof.step)
+        finally:
+            self.step_num += 1
+        if action == Action.RECORD_AND_SAVE:
+            self._finish_window(status="pending", partial=False)
+
+    def step(self) -> None:
+        """End the current step and begin the next (the context-manager protocol)."""
+        self.end_step()
+        self.begin_step()
+
+    def abort(self, exc: BaseException) -> None:
+        """The user's step raised ``exc``: stop the profiler, keep what was captured locally
+        (status ``incomplete``), and go on counting steps. Never raises."""
+        if self._capture is None:
+            self.step_num += 1
+            return
+        self.step_num += 1
+        with suppress(Exception):
+            self._finish_window(
+                status="incomplete", partial=True, error=f"{type(exc).__name__}: {exc}"
+            )
+
+    def close(self) -> None:
+        """Stop a window still open (logged as partial) and end the session. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._capture is not None:
+            self._finish_window(status="pending", partial=True)
+        self._next_start = None
+
+    # -- windows ------------------------------------------------------------------------
+
+    def _exit_marker(self, capture: _Capture) -> None:
+        if capture.marker is not None:
+            marker, capture.marker = capture.marker, None
+            self._guarded(marker.__exit__, None, None, None)
+
+    def _guarded(self, fn: Any, *args: Any) -> Any:
+        """Run our own code: a failure becomes one warning, unless ``config.strict``."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if self.config.strict:
+                raise
+            warnings.warn(
+                f"neuron-mlflow: {getattr(fn, '__qualname__', fn)} failed: "
+                f"{type(exc).__name__}: {exc}; the profiled code goes on",
+                NeuronMlflowWarning,
+                stacklevel=3,
+            )
+            return None
+
+    def _open_window(self, calls_marked: bool) -> None:
+        import torch.profiler
+
+        window = window_at(self.config.schedule, self.step_num)
+        assert window is not None and window.start == self.step_num  # schedule invariant
+        self._next_start = next_window_start(self.config.schedule, window.last + 1)
+        if self._session_dir is None:
+            self._session_dir = self._spool.new_session_dir()
+        staging = Spool.capture_dir(self._session_dir, window.index)
+        trace_dir = staging / "artifacts" / trace_folder(self._rank()[0])
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        schedule = self.config.schedule
+
+        def torch_schedule(relative_step: int) -> torch.profiler.ProfilerAction:
+            step = window.start + relative_step
+            if step > window.last:
+                return torch.profiler.ProfilerAction.NONE
+            return torch.profiler.ProfilerAction[action_at(schedule, step).name]
+
+        def on_trace_ready(prof: torch.profiler.profile) -> None:
+            capture = self._capture
+            if capture is None:
+                return
+            try:
+                capture.stats = read_profile(prof, calls_marked=capture.calls_marked)
+            except Exception as exc:
+                capture.errors.append(f"reading the profile failed: {type(exc).__name__}: {exc}")
+            try:
+                self.backend.export_trace(prof, trace_dir)
+            except Exception as exc:
+                capture.errors.append(f"writing the trace failed: {type(exc).__name__}: {exc}")
+
+        cfg = self.config
+
+        def start() -> torch.profiler.profile:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                prof = torch.profiler.profile(
+                    activities=self.backend.activities(),
+                    schedule=torch_schedule,
+                    on_trace_ready=on_trace_ready,
+                    record_shapes=cfg.record_shapes,
+                    with_stack=cfg.with_stack,
+                    profile_memory=cfg.profile_memory,
+                    with_flops=cfg.with_flops,
+                    **self.backend.profiler_kwargs(cfg, trace_dir),
+                )
+                prof.start()
+            return prof
+
+        prof = self._guarded(start)
+        if prof is not None:
+            self._capture = _Capture(window, prof, staging, trace_dir, calls_marked=calls_marked)
+
+    def _stop_profiler(self, capture: _Capture) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            capture.prof.stop()
+
+    def _finish_window(self, status: str, partial: bool, error: str | None = None) -> None:
+        capture = self._capture
+        if capture is None:
+            return
+        self._capture = None
+        self._exit_marker(capture)
+        self._guarded(self._stop_profiler, capture)
+        if capture.recorded_steps == 0:
+            # Interrupted during warm-up: nothing was recorded.
+            shutil.rmtree(capture.staging, ignore_errors=True)
+            return
+        record = self._guarded(self._spool_window, capture, status, partial, error)
+        if record is None:
+            warnings.warn(
+                f"neuron-mlflow: could not write the window's summary; its raw capture is kept "
+                f"at {capture.staging}",
+                NeuronMlflowWarning,
+                stacklevel=3,
+            )
+            return
+        self.records.append(record)
+        if status == "incomplete":
+            warnings.warn(
+                f"neuron-mlflow: the profiled code raised ({error}); what was captured is kept "
+                f"at {record.path} (incomplete, not uploaded; "
+                f"`neuron-mlflow sync --include-incomplete` uploads it)",
+                NeuronMlflowWarning,
+                stacklevel=3,
+            )
+        elif self.upload_enabled:
+            self._upload(record)
+
+    def _rank(self) -> tuple[int, int]:
+        return rank_and_world_size()
+
+    def _spool_window(
+        self, capture: _Capture, status: str, partial: bool, error: str | None
+    ) -> WindowRecord:
+        assert self._session_dir is not None
+        window = capture.window
+        first, last = window.first, capture.last_recorded
+        artifact_path = window_artifact_path(self.prefix, first, last)
+        stats = capture.stats or CapturedStats()
+        summary = build_summary(
+            stats.cpu_ops,
+            top_level_calls=stats.top_level_calls,
+            steps=capture.recorded_steps,
+            wall_time_us=capture.wall_ns / 1000.0,
+            device_label=self.backend.device_label,
+            device_rows=stats.device_rows,
+        ).with_partial(partial)
+        rank, world_size = self._rank()
+        tags = environment_tags(self.backend.describe(), rank, world_size)
+        keys = op_keys(op.name for op in summary.ops)
+        metrics = window_metrics(summary, self.prefix, self.config.top_k)
+        params = {f"{self.prefix}/config/{k}": v for k, v in self.config.flat_params().items()}
+        errors = [*capture.errors, *([error] if error else [])]
+        record = self._spool.create_window(
+            self._session_dir,
+            artifact_path,
+            status="incomplete",  # until every file is written
+            metrics=metrics,
+            params=params,
+            tags=tags,
+            metric_step=last,
+            window={"index": window.index, "first": first, "last": last, "partial": partial},
+            experiment_name=self.config.experiment_name,
+            run_name=self.config.run_name,
+            upload_traces=self.config.upload_traces,
+            tracking_uri=None,
+            error="; ".join(errors) or None,
+        )
+        artifacts = record.artifacts_dir
+        shutil.rmtree(artifacts)
+        os.replace(capture.staging / "artifacts", artifacts)
+        shutil.rmtree(capture.staging, ignore_errors=True)
+        (artifacts / "summary.md").write_text(
+            render_markdown(summary, title=f"{self.prefix}: steps {first}-{last}"),
+            encoding="utf-8",
+        )
+        document = {
+            "prefix": self.prefix,
+            "window": record.manifest["window"],
+            "summary": summary.to_dict(),
+            "config": self.config.model_dump(mode="json"),
+            "environment": tags,
+            "errors": errors,
+        }
+        (artifacts / "summary.json").write_text(
+            json.dumps(document, indent=2, default=str), encoding="utf-8"
+        )
+        (artifacts / "ops.csv").write_text(render_csv(summary, keys), encoding="utf-8")
+        (artifacts / "op_keys.json").write_text(
+            json.dumps({key: name for name, key in keys.items()}, indent=2, sort_keys=True),
+            encoding="utf-8",
+        )
+        self.summary = summary
+        record.update(status=status)
+        return record
+
+    def _target_run(self, sink: Any) -> str:
+        from neuron_mlflow.mlflow_sink import active_run_id
+
+        active = active_run_id()
+        if active is not None:
+            return active
+        if self._explicit_run_id is not None:
+            return self._explicit_run_id
+        if self._own_run_id is None:
+            self._own_run_id = sink.create_run(
+                self.config.experiment_name,
+                self.config.run_name,
+                tags=environment_tags(self.backend.describe(), *self._rank()),
+            )
+        return self._own_run_id
+
+    def _upload(self, record: WindowRecord) -> None:
+        from neuron_mlflow.mlflow_sink import MlflowSink
+
+        sink = None
+        try:
+            sink = MlflowSink()
+            record.update(tracking_uri=sink.tracking_uri)
+            run_id = self._target_run(sink)
+            sink.upload(record, run_id)
+            self.run_id = run_id
+        except Exception as exc:
+            record.update(error=f"{type(exc).__name__}: {exc}")
+            if self.config.strict:
+                raise
+            uri = sink.tracking_uri if sink is not None else "the tracking server"
+            warnings.warn(
+                f"neuron-mlflow: could not log the profiling window to MLflow at {uri} "
+                f"({type(exc).__name__}: {str(exc)[:300]}); it is kept at {record.path} "
+                f"(pending). Run `neuron-mlflow sync --local-dir {self.config.local_dir}` to "
+                "upload it later",
+                NeuronMlflowWarning,
+                stacklevel=4,
+            )
