@@ -80,7 +80,8 @@ def config_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
         if err["type"] == "extra_forbidden":
             allowed = ", ".join(_fields_at(model, tuple(err["loc"][:-1]))) or "none"
-            lines.append(f"  {loc}: unknown field (got {err['input']!r}); allowed fields: {allowed}")
+            got = err["input"]
+            lines.append(f"  {loc}: unknown field (got {got!r}); allowed fields: {allowed}")
         else:
             lines.append(f"  {loc}: got {err['input']!r}; {err['msg']}")
     return ConfigError("\n".join(lines), errors=exc.errors())

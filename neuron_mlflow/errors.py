@@ -59,4 +59,3 @@ class BackendUnavailableError(NeuronMlflowError, RuntimeError):
         >>> isinstance(err, RuntimeError)
         True
     """
-

@@ -217,9 +217,7 @@ def sync_pending(
     statuses: tuple[Any, ...] = ("pending", "incomplete") if include_incomplete else ("pending",)
     report = SyncReport()
     records = list(spool.windows(*statuses))
-    report.skipped = [
-        str(r.path) for r in spool.windows("incomplete") if not include_incomplete
-    ]
+    report.skipped = [str(r.path) for r in spool.windows("incomplete") if not include_incomplete]
     if not records:
         return report
     sink = MlflowSink(tracking_uri)
@@ -242,7 +240,7 @@ def sync_pending(
                 replacements[group] = run_id
             sink.upload(record, run_id)
             report.uploaded.append((str(record.path), run_id))
-        except Exception as exc:  # noqa: BLE001 - reported per window, the rest go on
+        except Exception as exc:
             record.update(error=f"{type(exc).__name__}: {exc}")
             report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
     return report

@@ -7,8 +7,8 @@ window never touch the profiler at all.
 Example:
     >>> from neuron_mlflow.config import Schedule
     >>> s = Schedule(wait=1, warmup=1, active=2, repeat=2)
-    >>> [action_at(s, i).name for i in range(9)]
-    ['NONE', 'WARMUP', 'RECORD', 'RECORD_AND_SAVE', 'NONE', 'WARMUP', 'RECORD', 'RECORD_AND_SAVE', 'NONE']
+    >>> [action_at(s, i).name for i in range(5)]
+    ['NONE', 'WARMUP', 'RECORD', 'RECORD_AND_SAVE', 'NONE']
     >>> window_at(s, 6)
     Window(index=1, start=5, first=6, last=7)
 """
