@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +88,29 @@ class MlflowSink:
 
         self.tracking_uri = tracking_uri or current_tracking_uri()
         self.client: MlflowClient = MlflowClient(tracking_uri=self.tracking_uri)
+
+    def check_reachable(self, timeout_s: float = 3.0) -> None:
+        """For an HTTP(S) tracking URI, fail fast when nothing listens at its address.
+
+        MLflow's client retries an unreachable server for minutes; a profiled job should not
+        stall that long. Other URIs (SQLite, files, databricks) are not checked.
+
+        Raises:
+            ConnectionError: nothing accepts connections at the server's address.
+        """
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.tracking_uri)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+        except OSError as exc:
+            raise ConnectionError(
+                f"cannot connect to the MLflow tracking server at {self.tracking_uri} "
+                f"({exc.strerror or exc})"
+            ) from exc
 
     def experiment_id(self, experiment_name: str | None) -> str:
         """The id of ``experiment_name`` (created if missing), else MLflow's current default.
@@ -221,6 +245,7 @@ def sync_pending(
     if not records:
         return report
     sink = MlflowSink(tracking_uri)
+    sink.check_reachable()
     replacements: dict[str, str] = {}
     for record in records:
         try:

@@ -53,7 +53,7 @@ class _Capture:
     """A running window: its profiler and what it has recorded so far."""
 
     window: Window
-    prof: torch.profiler.profile
+    prof: torch.profiler.profile | None
     staging: Path
     trace_dir: Path
     recorded_steps: int = 0
@@ -107,7 +107,7 @@ class ProfilingSession:
         self.records: list[WindowRecord] = []
         self._explicit_run_id = run_id
         self._own_run_id: str | None = None
-        self._spool = Spool(config.local_dir)
+        self._spool = Spool(Path(config.local_dir).absolute())
         self._session_dir: Path | None = None
         self._capture: _Capture | None = None
         self._next_start = next_window_start(config.schedule, 0)
@@ -160,9 +160,15 @@ class ProfilingSession:
     def abort(self, exc: BaseException) -> None:
         """The user's step raised ``exc``: stop the profiler, keep what was captured locally
         (status ``incomplete``), and go on counting steps. Never raises."""
-        if self._capture is None:
+        capture = self._capture
+        if capture is None:
             self.step_num += 1
             return
+        if action_at(self.config.schedule, self.step_num) != Action.WARMUP:
+            # the failing step ran (in part) while recording: its work is in the capture
+            capture.wall_ns += time.perf_counter_ns() - self._step_started_ns
+            capture.recorded_steps += 1
+            capture.last_recorded = self.step_num
         self.step_num += 1
         with suppress(Exception):
             self._finish_window(
@@ -219,10 +225,9 @@ class ProfilingSession:
                 return torch.profiler.ProfilerAction.NONE
             return torch.profiler.ProfilerAction[action_at(schedule, step).name]
 
+        capture = _Capture(window, None, staging, trace_dir, calls_marked=calls_marked)
+
         def on_trace_ready(prof: torch.profiler.profile) -> None:
-            capture = self._capture
-            if capture is None:
-                return
             try:
                 capture.stats = read_profile(prof, calls_marked=capture.calls_marked)
             except Exception as exc:
@@ -250,9 +255,9 @@ class ProfilingSession:
                 prof.start()
             return prof
 
-        prof = self._guarded(start)
-        if prof is not None:
-            self._capture = _Capture(window, prof, staging, trace_dir, calls_marked=calls_marked)
+        capture.prof = self._guarded(start)
+        if capture.prof is not None:
+            self._capture = capture
 
     def _stop_profiler(self, capture: _Capture) -> None:
         with warnings.catch_warnings():
@@ -382,6 +387,7 @@ class ProfilingSession:
         try:
             sink = MlflowSink()
             record.update(tracking_uri=sink.tracking_uri)
+            sink.check_reachable()
             run_id = self._target_run(sink)
             sink.upload(record, run_id)
             self.run_id = run_id
