@@ -364,21 +364,11 @@ class ProfilingSession:
         record.update(status=status)
         return record
 
-    def _target_run(self, sink: Any) -> str:
+    def _known_run(self) -> str | None:
+        """The run resolved without contacting MLflow: active run, ``run_id``, or our own."""
         from neuron_mlflow.mlflow_sink import active_run_id
 
-        active = active_run_id()
-        if active is not None:
-            return active
-        if self._explicit_run_id is not None:
-            return self._explicit_run_id
-        if self._own_run_id is None:
-            self._own_run_id = sink.create_run(
-                self.config.experiment_name,
-                self.config.run_name,
-                tags=environment_tags(self.backend.describe(), *self._rank()),
-            )
-        return self._own_run_id
+        return active_run_id() or self._explicit_run_id or self._own_run_id
 
     def _upload(self, record: WindowRecord) -> None:
         from neuron_mlflow.mlflow_sink import MlflowSink
@@ -386,9 +376,15 @@ class ProfilingSession:
         sink = None
         try:
             sink = MlflowSink()
-            record.update(tracking_uri=sink.tracking_uri)
+            run_id = self._known_run()
+            record.update(tracking_uri=sink.tracking_uri, run_id=run_id)
             sink.check_reachable()
-            run_id = self._target_run(sink)
+            if run_id is None:
+                run_id = self._own_run_id = sink.create_run(
+                    self.config.experiment_name,
+                    self.config.run_name,
+                    tags=environment_tags(self.backend.describe(), *self._rank()),
+                )
             sink.upload(record, run_id)
             self.run_id = run_id
         except Exception as exc:

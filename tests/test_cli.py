@@ -1,0 +1,39 @@
+"""The command line: exit codes and messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from neuron_mlflow.cli import main
+
+
+def test_unknown_verb_and_bad_option_exit_2(capsys) -> None:
+    assert main(["frobnicate"]) == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+    assert main(["sync", "--bogus"]) == 2
+    assert main([]) == 2
+
+
+def test_help_exits_0(capsys) -> None:
+    assert main(["sync", "--help"]) == 0
+    assert "--local-dir" in capsys.readouterr().out
+
+
+def test_empty_spool_is_nothing_to_upload(tmp_path, capsys) -> None:
+    assert main(["sync", "--local-dir", str(tmp_path / "missing")]) == 0
+    assert capsys.readouterr().out == "nothing to upload: no pending windows\n"
+
+
+def test_console_script_is_installed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "neuron_mlflow.cli", "sync", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0 and "pending" in result.stdout
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "neuron-mlflow"]
+    assert script.value == "neuron_mlflow.cli:main"
