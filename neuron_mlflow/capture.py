@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -81,16 +82,37 @@ def count_top_level_calls(events: Any) -> int:
     return count
 
 
-def _inside_call_markers(events: Any) -> list[Any]:
-    """CPU events nested (at any depth) inside a call marker, markers excluded."""
+def _subtree(roots: list[Any]) -> list[Any]:
     kept: list[Any] = []
-    stack = [e for e in events if e.name.startswith(CALL_MARKER_PREFIX)]
+    stack = list(roots)
     while stack:
         event = stack.pop()
-        for child in event.cpu_children:
-            kept.append(child)
-            stack.append(child)
+        kept.append(event)
+        stack.extend(event.cpu_children)
     return kept
+
+
+def _inside_call_markers(events: Any) -> list[Any]:
+    """CPU events inside a call marker, markers excluded.
+
+    Events nested under a marker count, and so do call trees on other threads (e.g. the
+    autograd engine's device threads) whose root starts while a marker is open.
+    """
+    events = list(events)
+    markers = [e for e in events if e.name.startswith(CALL_MARKER_PREFIX)]
+    intervals = sorted((m.time_range.start, m.time_range.end) for m in markers)
+    starts = [start for start, _ in intervals]
+    roots = [child for m in markers for child in m.cpu_children]
+    marker_threads = {m.thread for m in markers}
+    for event in events:
+        if event.cpu_parent is not None or event.thread in marker_threads:
+            continue
+        if _is_marker(event.name):
+            continue
+        i = bisect.bisect_right(starts, event.time_range.start) - 1
+        if i >= 0 and event.time_range.start <= intervals[i][1]:
+            roots.append(event)
+    return _subtree(roots)
 
 
 def aggregate_events(events: Any) -> list[RawOp]:

@@ -163,6 +163,9 @@ class MlflowSink:
 
         record.update(run_id=run_id)
         manifest = record.manifest
+        if manifest.get("traces_only"):
+            for part in ("tags", "params", "metrics"):
+                record.manifest["uploaded"][part] = True
         if not record.is_uploaded("tags"):
             tags = [RunTag(k, str(v)) for k, v in sorted(manifest.get("tags", {}).items())]
             for batch in chunks(tags, TAGS_PER_CALL):
@@ -191,6 +194,10 @@ class MlflowSink:
     def _log_artifacts(self, record: WindowRecord, run_id: str) -> None:
         """Upload the window folder; without ``upload_traces``, everything but ``traces/``."""
         root, path = record.artifacts_dir, record.artifact_path
+        if record.manifest.get("traces_only"):
+            if (root / "traces").is_dir():
+                self.client.log_artifacts(run_id, str(root / "traces"), f"{path}/traces")
+            return
         if record.manifest.get("upload_traces", True):
             self.client.log_artifacts(run_id, str(root), path)
             return

@@ -13,7 +13,7 @@ Example:
     >>> for _ in range(4):
     ...     session.begin_step()
     ...     _ = torch.ones(8) * 2
-    ...     session.end_step()
+    ...     _ = session.end_step()
     >>> session.summary.steps, session.summary.op_calls
     (2, 2.0)
     >>> session.close()
@@ -26,6 +26,8 @@ import os
 import shutil
 import time
 import warnings
+import weakref
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,10 @@ from neuron_mlflow.summary import OpSummary, build_summary, render_csv, render_m
 
 if TYPE_CHECKING:
     import torch.profiler
+
+
+_capturing: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
+"""Sessions with an open window: torch.profiler cannot run two captures at once."""
 
 
 class NeuronMlflowWarning(UserWarning):
@@ -81,6 +87,15 @@ class ProfilingSession:
         prefix: the metric prefix ``P``; defaults to ``config.metric_prefix``.
         run_id: run to log into when no MLflow run is active.
         upload: ``False`` keeps windows in the spool only (pending).
+        tracking_uri: the tracking server; ``None`` means what MLflow resolves at upload.
+        rank: global rank and world size; default from ``torch.distributed`` or the
+            environment.
+        metric_step: returns the metric step of a finishing window; default: its last step.
+        skip_windows: indexes of windows never to capture (already logged, e.g. before a
+            resume); the caller may add to the set as it goes.
+        traces_only: upload only the trace folder (for ranks other than 0, whose metrics,
+            summaries, params and tags rank 0 logs).
+        follow_active_run: ``False`` ignores an active MLflow run (``run_id`` decides).
 
     Raises:
         BackendUnavailableError: the configured backend cannot run here.
@@ -96,6 +111,12 @@ class ProfilingSession:
         prefix: str | None = None,
         run_id: str | None = None,
         upload: bool = True,
+        tracking_uri: str | None = None,
+        rank: tuple[int, int] | None = None,
+        metric_step: Callable[[], int] | None = None,
+        skip_windows: set[int] | None = None,
+        traces_only: bool = False,
+        follow_active_run: bool = True,
     ) -> None:
         self.config = config
         self.prefix = prefix or config.metric_prefix
@@ -107,12 +128,37 @@ class ProfilingSession:
         self.records: list[WindowRecord] = []
         self._explicit_run_id = run_id
         self._own_run_id: str | None = None
+        self._tracking_uri = tracking_uri
+        self._rank_info = rank
+        self._metric_step = metric_step
+        self.skip_windows = skip_windows if skip_windows is not None else set()
+        self._traces_only = traces_only
+        self._follow_active_run = follow_active_run
         self._spool = Spool(Path(config.local_dir).absolute())
         self._session_dir: Path | None = None
         self._capture: _Capture | None = None
-        self._next_start = next_window_start(config.schedule, 0)
+        self._next_start = self._next_unskipped_start(0)
         self._step_started_ns = 0
         self._closed = False
+
+    def _next_unskipped_start(self, step: int) -> int | None:
+        schedule = self.config.schedule
+        start = next_window_start(schedule, step)
+        while start is not None:
+            window = window_at(schedule, start)
+            if window is None or window.index not in self.skip_windows:
+                return start
+            start = next_window_start(schedule, window.last + 1)
+        return None
+
+    def seek(self, step: int) -> None:
+        """Set the number of the next step (e.g. ``trainer.global_step`` after a resume).
+
+        Ignored while a window is open: a window's steps are consecutive.
+        """
+        if self._capture is None and step != self.step_num:
+            self.step_num = step
+            self._next_start = None if self._closed else self._next_unskipped_start(step)
 
     # -- stepping -----------------------------------------------------------------------
 
@@ -132,12 +178,16 @@ class ProfilingSession:
             capture.marker = self._guarded(_enter_marker, CALL_MARKER_PREFIX + call_name)
         self._step_started_ns = time.perf_counter_ns()
 
-    def end_step(self) -> None:
-        """Mark the end of step ``step_num``; closes and logs the window after its last step."""
+    def end_step(self) -> WindowRecord | None:
+        """Mark the end of step ``step_num``; closes and logs the window after its last step.
+
+        Returns:
+            The spooled window when this step finished one, else ``None``.
+        """
         capture = self._capture
         if capture is None:
             self.step_num += 1
-            return
+            return None
         action = action_at(self.config.schedule, self.step_num)
         try:
             self._guarded(self.backend.synchronize)
@@ -150,7 +200,8 @@ class ProfilingSession:
         finally:
             self.step_num += 1
         if action == Action.RECORD_AND_SAVE:
-            self._finish_window(status="pending", partial=False)
+            return self._finish_window(status="pending", partial=False)
+        return None
 
     def step(self) -> None:
         """End the current step and begin the next (the context-manager protocol)."""
@@ -175,14 +226,28 @@ class ProfilingSession:
                 status="incomplete", partial=True, error=f"{type(exc).__name__}: {exc}"
             )
 
+    def flush(self) -> WindowRecord | None:
+        """Stop a window still open and log it as partial (the end of a stage); go on after.
+
+        Returns:
+            The spooled window, if one was open and had recorded steps.
+        """
+        if self._capture is None:
+            return None
+        return self._finish_window(status="pending", partial=True)
+
     def close(self) -> None:
         """Stop a window still open (logged as partial) and end the session. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._capture is not None:
-            self._finish_window(status="pending", partial=True)
+        self.flush()
         self._next_start = None
+
+    @property
+    def window_open(self) -> bool:
+        """True while a window (warm-up or recording) is being captured."""
+        return self._capture is not None
 
     # -- windows ------------------------------------------------------------------------
 
@@ -211,7 +276,17 @@ class ProfilingSession:
 
         window = window_at(self.config.schedule, self.step_num)
         assert window is not None and window.start == self.step_num  # schedule invariant
-        self._next_start = next_window_start(self.config.schedule, window.last + 1)
+        self._next_start = self._next_unskipped_start(window.last + 1)
+        busy = [other.prefix for other in _capturing if other is not self]
+        if busy:
+            warnings.warn(
+                f"neuron-mlflow: window {window.index} of {self.prefix} (steps "
+                f"{window.first}-{window.last}) skipped: a window of {busy[0]} is still open, "
+                "and torch.profiler cannot run two captures at once",
+                NeuronMlflowWarning,
+                stacklevel=4,
+            )
+            return
         if self._session_dir is None:
             self._session_dir = self._spool.new_session_dir()
         staging = Spool.capture_dir(self._session_dir, window.index)
@@ -258,23 +333,27 @@ class ProfilingSession:
         capture.prof = self._guarded(start)
         if capture.prof is not None:
             self._capture = capture
+            _capturing.add(self)
 
     def _stop_profiler(self, capture: _Capture) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             capture.prof.stop()
 
-    def _finish_window(self, status: str, partial: bool, error: str | None = None) -> None:
+    def _finish_window(
+        self, status: str, partial: bool, error: str | None = None
+    ) -> WindowRecord | None:
         capture = self._capture
         if capture is None:
-            return
+            return None
         self._capture = None
+        _capturing.discard(self)
         self._exit_marker(capture)
         self._guarded(self._stop_profiler, capture)
         if capture.recorded_steps == 0:
             # Interrupted during warm-up: nothing was recorded.
             shutil.rmtree(capture.staging, ignore_errors=True)
-            return
+            return None
         record = self._guarded(self._spool_window, capture, status, partial, error)
         if record is None:
             warnings.warn(
@@ -283,7 +362,7 @@ class ProfilingSession:
                 NeuronMlflowWarning,
                 stacklevel=3,
             )
-            return
+            return None
         self.records.append(record)
         if status == "incomplete":
             warnings.warn(
@@ -295,9 +374,10 @@ class ProfilingSession:
             )
         elif self.upload_enabled:
             self._upload(record)
+        return record
 
     def _rank(self) -> tuple[int, int]:
-        return rank_and_world_size()
+        return self._rank_info or rank_and_world_size()
 
     def _spool_window(
         self, capture: _Capture, status: str, partial: bool, error: str | None
@@ -317,6 +397,9 @@ class ProfilingSession:
         ).with_partial(partial)
         rank, world_size = self._rank()
         tags = environment_tags(self.backend.describe(), rank, world_size)
+        if partial:
+            tags[f"neuron_mlflow.partial/{artifact_path}"] = "true"
+        metric_step = last if self._metric_step is None else self._metric_step()
         keys = op_keys(op.name for op in summary.ops)
         metrics = window_metrics(summary, self.prefix, self.config.top_k)
         params = {f"{self.prefix}/config/{k}": v for k, v in self.config.flat_params().items()}
@@ -328,7 +411,8 @@ class ProfilingSession:
             metrics=metrics,
             params=params,
             tags=tags,
-            metric_step=last,
+            metric_step=metric_step,
+            traces_only=self._traces_only,
             window={"index": window.index, "first": first, "last": last, "partial": partial},
             experiment_name=self.config.experiment_name,
             run_name=self.config.run_name,
@@ -368,14 +452,15 @@ class ProfilingSession:
         """The run resolved without contacting MLflow: active run, ``run_id``, or our own."""
         from neuron_mlflow.mlflow_sink import active_run_id
 
-        return active_run_id() or self._explicit_run_id or self._own_run_id
+        active = active_run_id() if self._follow_active_run else None
+        return active or self._explicit_run_id or self._own_run_id
 
     def _upload(self, record: WindowRecord) -> None:
         from neuron_mlflow.mlflow_sink import MlflowSink
 
         sink = None
         try:
-            sink = MlflowSink()
+            sink = MlflowSink(self._tracking_uri)
             run_id = self._known_run()
             record.update(tracking_uri=sink.tracking_uri, run_id=run_id)
             sink.check_reachable()
