@@ -20,12 +20,23 @@ from neuron_mlflow.mlflow_sink import SyncReport, sync_pending
 from neuron_mlflow.session import NeuronMlflowWarning, ProfilingSession
 from neuron_mlflow.summary import OpStats, OpSummary
 
+
+def __getattr__(name: str) -> object:
+    """Load the Lightning callback on first use, so ``import neuron_mlflow`` stays light."""
+    if name == "NeuronProfilerCallback":
+        from neuron_mlflow.callback import NeuronProfilerCallback
+
+        return NeuronProfilerCallback
+    raise AttributeError(f"module 'neuron_mlflow' has no attribute {name!r}")
+
+
 __all__ = [
     "BackendUnavailableError",
     "ConfigError",
     "NeuronMlflowError",
     "NeuronMlflowWarning",
     "NeuronOptions",
+    "NeuronProfilerCallback",
     "OpStats",
     "OpSummary",
     "Profiler",
