@@ -106,6 +106,11 @@ class NeuronProfilerCallback(Callback):
         self._counters: dict[str, int] = dict.fromkeys(STAGES, 0)
         self._open_step: dict[str, int | None] = dict.fromkeys(STAGES, None)
         self._metric_steps: dict[str, int] = dict.fromkeys(STAGES, 0)
+        # Steps before this one cannot touch a window: the hooks return at once (fast path).
+        first = next_window_start(self.config.schedule, 0)
+        self._quiet_until: dict[str, float] = dict.fromkeys(
+            STAGES, math.inf if first is None else first
+        )
         self._checked: set[str] = set()
 
     # -- run and sessions ---------------------------------------------------------------
@@ -178,6 +183,8 @@ class NeuronProfilerCallback(Callback):
 
     def _begin(self, trainer: Trainer, stage: str, step: int) -> None:
         self._open_step[stage] = step
+        if step < self._quiet_until[stage]:
+            return
         session = self._session(trainer, stage)
         if session is not None:
             session.seek(step)
@@ -188,13 +195,19 @@ class NeuronProfilerCallback(Callback):
         if step is None:
             return
         self._open_step[stage] = None
+        if step < self._quiet_until[stage]:
+            return
         self._metric_steps[stage] = metric_step
         session = self._sessions.get(stage)
         if session is not None:
             session.end_step()
-        window = window_at(self.config.schedule, step)
-        if action_at(self.config.schedule, step) == Action.RECORD_AND_SAVE:
-            self._window_ended(trainer, stage, window.index)  # type: ignore[union-attr]
+        schedule = self.config.schedule
+        window = window_at(schedule, step)
+        if window is None or step == window.last:
+            following = next_window_start(schedule, step + 1)
+            self._quiet_until[stage] = math.inf if following is None else following
+        if window is not None and action_at(schedule, step) == Action.RECORD_AND_SAVE:
+            self._window_ended(trainer, stage, window.index)
 
     def _stage_end(self, trainer: Trainer, stage: str, last_step: int | None) -> None:
         """Log a window cut short by the end of the stage (partial)."""
@@ -304,7 +317,7 @@ class NeuronProfilerCallback(Callback):
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if "train" in self.stages and self._open_step["train"] is None:
+        if self._open_step["train"] is None and "train" in self.stages:
             self._begin(trainer, "train", trainer.global_step)
 
     def on_train_batch_end(
@@ -330,7 +343,7 @@ class NeuronProfilerCallback(Callback):
             self._begin(trainer, stage, self._counters[stage])
 
     def _eval_batch_end(self, trainer: Trainer, stage: str, batch_idx: int) -> None:
-        if stage in self.stages and not trainer.sanity_checking:
+        if self._open_step[stage] is not None:  # begun (so not a sanity check)
             self._end(trainer, stage, batch_idx)
             self._counters[stage] += 1
 
@@ -338,6 +351,8 @@ class NeuronProfilerCallback(Callback):
         if trainer.sanity_checking:
             return
         self._counters[stage] = 0
+        first = next_window_start(self.config.schedule, 0)
+        self._quiet_until[stage] = math.inf if first is None else first
         total = sum(batches) if isinstance(batches, list) else batches
         self._check_plan(stage, total, 0, f"{name}={batches}")
 

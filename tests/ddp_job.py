@@ -1,0 +1,43 @@
+"""A two-process DDP fit on CPU (gloo) with the callback; run by test_callback_ddp.py.
+
+Usage: python tests/ddp_job.py TRACKING_URI EXPERIMENT LOCAL_DIR
+Lightning's DDP launcher starts rank 1 by re-running this script.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.loggers import MLFlowLogger
+
+import neuron_mlflow as nm
+
+
+def main(tracking_uri: str, experiment: str, local_dir: str) -> None:
+    callback = nm.NeuronProfilerCallback(
+        schedule=nm.Schedule(wait=1, warmup=1, active=2),
+        backend="cpu",
+        local_dir=local_dir,
+        strict=True,
+    )
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=6,
+        limit_val_batches=0,
+        logger=MLFlowLogger(experiment_name=experiment, tracking_uri=tracking_uri),
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(BoringModel())
+    if trainer.is_global_zero:
+        print(f"RUN_ID={callback.run_id}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
