@@ -3,9 +3,10 @@
 
 All variants run side by side in one invocation, interleaved over several rounds (rotating
 the order), each run in a fresh Python process (step times drift within a long-lived process
-even with no profiler at all), on the same model and data; per-step times are taken from the first ``on_train_batch_start`` hook to the
-last ``on_train_batch_end`` hook, so every callback's hook cost is inside the step. Reported
-are medians and ratios against no profiler.
+even with no profiler at all), on the same model and data. Per-step times are taken from the
+first ``on_train_batch_start`` hook to the last ``on_train_batch_end`` hook, so every
+callback's hook cost is inside the step. Reported are medians and ratios against no
+profiler, and the time spent inside the callback's own hooks, measured directly.
 
 Run:  .venv/bin/python benchmarks/callback_overhead.py [--rounds 6] [--steps 400]
 """
