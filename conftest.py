@@ -23,12 +23,15 @@ def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    import mlflow
+
+    # Lightning's MLFlowLogger calls mlflow.set_tracking_uri(), a process-wide setting that
+    # would outlive its test: reset it so that MLFLOW_TRACKING_URI decides again.
+    mlflow.set_tracking_uri(None)
     for name in list(os.environ):
         if name.startswith("NEURON_MLFLOW_") or name.startswith("MLFLOW_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
     monkeypatch.setenv("NEURON_MLFLOW_STRICT", "1")
-    import mlflow
-
     while mlflow.active_run() is not None:
         mlflow.end_run()

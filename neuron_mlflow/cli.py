@@ -1,6 +1,8 @@
 """The ``neuron-mlflow`` command line: a thin shell over library functions.
 
-Exit codes: 0 success, 1 failure (some window could not be uploaded), 2 bad usage.
+Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs).
+Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
+``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics).
 Results go to stdout, diagnostics to stderr.
 
 Example:
@@ -16,6 +18,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from neuron_mlflow.compare import (
+    CompareError,
+    compare_profiles,
+    load_profile,
+    regressions,
+    render_json,
+    render_markdown,
+    render_table,
+)
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.mlflow_sink import current_tracking_uri, sync_pending
 
@@ -49,7 +60,110 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also upload windows that were interrupted by an exception",
     )
+    compare = verbs.add_parser(
+        "compare",
+        help="compare profiled runs: headline metrics and per-op changes vs a baseline",
+        description=(
+            "Compare the latest profile windows of MLflow runs side by side: headline metrics "
+            "(device time, self CPU time, wall time, op calls, steps) and per-op times with "
+            "the change against the baseline (first run unless --baseline). Exit codes: 0 ok, "
+            "1 regression above --fail-above, 2 bad usage (unknown runs, no profile metrics)."
+        ),
+    )
+    compare.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="runs to compare")
+    compare.add_argument("--baseline", metavar="RUN_ID", help="the run others are compared to")
+    compare.add_argument("--prefix", metavar="P", help="metric prefix (default: the run's own)")
+    compare.add_argument("--top", type=int, default=20, metavar="N", help="ops shown (20)")
+    compare.add_argument(
+        "--fail-above",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a run's headline time exceeds the baseline's by more than PCT %%",
+    )
+    compare.add_argument(
+        "--format", choices=("table", "markdown", "json"), default="table", help="output format"
+    )
+    compare.add_argument("--experiment", metavar="NAME", help="pick runs from this experiment")
+    compare.add_argument(
+        "--last", type=int, metavar="K", help="with --experiment: the K most recent profiled runs"
+    )
     return parser
+
+
+def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
+    """The ``last`` most recent runs of ``experiment`` that have profile metrics, oldest first."""
+    found = client.get_experiment_by_name(experiment)  # type: ignore[attr-defined]
+    if found is None:
+        raise CompareError(f"experiment {experiment!r} was not found")
+    runs = client.search_runs(  # type: ignore[attr-defined]
+        [found.experiment_id], order_by=["attributes.start_time DESC"], max_results=500
+    )
+    profiled = [
+        r.info.run_id
+        for r in runs
+        if any(k.endswith("/op_calls") and "/op/" not in k for k in r.data.metrics)
+    ][:last]
+    if not profiled:
+        raise CompareError(f"experiment {experiment!r} has no runs with profile metrics")
+    return list(reversed(profiled))
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from mlflow import MlflowClient
+
+    if args.top < 1 or (args.fail_above is not None and args.fail_above < 0):
+        print("neuron-mlflow compare: --top must be >= 1 and --fail-above >= 0", file=sys.stderr)
+        return EXIT_USAGE
+    if (args.experiment is None) != (args.last is None) or (args.last or 1) < 1:
+        print(
+            "neuron-mlflow compare: --experiment NAME and --last K (K >= 1) go together",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    client = MlflowClient()
+    try:
+        run_ids = list(args.run_ids)
+        if args.experiment is not None:
+            run_ids += [
+                r for r in _pick_recent(client, args.experiment, args.last) if r not in run_ids
+            ]
+        if args.baseline and args.baseline not in run_ids:
+            run_ids.insert(0, args.baseline)
+        if len(run_ids) < 2:
+            print(
+                "neuron-mlflow compare: give at least two runs (RUN_ID... or --experiment NAME "
+                "--last K)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        profiles = [load_profile(client, run_id, args.prefix) for run_id in run_ids]
+    except CompareError as exc:
+        print(f"neuron-mlflow compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.prefix is None and len({p.prefix for p in profiles}) > 1:
+        shared = set.intersection(
+            *(
+                {
+                    k[: -len("/op_calls")]
+                    for k in client.get_run(p.run_id).data.metrics
+                    if k.endswith("/op_calls") and "/op/" not in k
+                }
+                for p in profiles
+            )
+        )
+        if shared:
+            prefix = sorted(shared)[0]
+            profiles = [load_profile(client, p.run_id, prefix) for p in profiles]
+    comparison = compare_profiles(profiles, baseline=args.baseline, top=args.top)
+    render = {"table": render_table, "markdown": render_markdown, "json": render_json}
+    print(render[args.format](comparison), end="")
+    if args.fail_above is not None:
+        failures = regressions(comparison, args.fail_above)
+        for line in failures:
+            print(f"regression: {line}", file=sys.stderr)
+        if failures:
+            return EXIT_FAILURE
+    return EXIT_OK
 
 
 def _sync(args: argparse.Namespace) -> int:
@@ -86,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
     if args.verb == "sync":
         return _sync(args)
+    if args.verb == "compare":
+        return _compare(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown verbs
 
 

@@ -17,6 +17,7 @@ printed at the end. Run it with::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     w = torch.randn(args.hidden, dtype=dtype, device=device)
     schedule = nm.Schedule(warmup=args.warmup, active=args.active)
     config = nm.ProfilerConfig(backend=args.backend, schedule=schedule)
-    mlflow.set_experiment(args.experiment)
+    if "MLFLOW_RUN_ID" not in os.environ:  # under `mlflow run`, its run and experiment
+        mlflow.set_experiment(args.experiment)
     summaries: dict[str, nm.OpSummary] = {}
     with mlflow.start_run(run_name="rmsnorm") as parent:
         mlflow.log_params({k: getattr(args, k) for k in ("rows", "hidden", "dtype", "backend")})

@@ -23,8 +23,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_mlflow_server(root: Path) -> Iterator[str]:
-    """Start a real ``mlflow server`` process on localhost; yield its http:// tracking URI."""
+def running_mlflow_server(root: Path, backend_store_uri: str | None = None) -> Iterator[str]:
+    """Start a real ``mlflow server`` process on localhost; yield its http:// tracking URI.
+
+    It serves ``backend_store_uri`` (default: a new SQLite store under ``root``).
+    """
     port = free_port()
     log = (root / "server.log").open("w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
@@ -41,7 +44,7 @@ def running_mlflow_server(root: Path) -> Iterator[str]:
             "--workers",
             "1",
             "--backend-store-uri",
-            f"sqlite:///{root / 'server.db'}",
+            backend_store_uri or f"sqlite:///{root / 'server.db'}",
             "--artifacts-destination",
             str(root / "artifacts"),
         ],

@@ -74,3 +74,38 @@ def test_rmsnorm_recipe_all_three_variants(tracking_uri) -> None:
     _, children = _children(client, "recipe-all")
     assert set(children) == {"naive", "rms_norm", "compiled"}
     assert client.get_run(children["compiled"]).data.metrics["profile/op_calls"] <= 2
+
+
+def test_train_recipe_profiles_train_and_validate(tracking_uri) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "train.py"),
+            "--steps",
+            "8",
+            "--batch-size",
+            "4",
+            "--wait",
+            "1",
+            "--warmup",
+            "1",
+            "--active",
+            "2",
+            "--backend",
+            "cpu",
+            "--experiment",
+            "train-recipe",
+        ],
+        capture_output=True,
+        text=True,
+        env={"MLFLOW_TRACKING_URI": tracking_uri, "PATH": "/usr/bin:/bin"},
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("train-recipe")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.metrics["profile/train/steps"] == 2
+    assert run.data.metrics["profile/validate/steps"] == 2
+    assert "train_loss" in run.data.metrics and "val_loss" in run.data.metrics

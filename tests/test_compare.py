@@ -1,0 +1,221 @@
+"""`mlflow run . -e rmsnorm` end to end, then `neuron-mlflow compare` on its runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from neuron_mlflow.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rmsnorm_runs(tmp_path_factory) -> tuple[str, dict[str, str], str]:
+    """Run the rmsnorm entry point with `mlflow run`; return (uri, child run ids, parent id)."""
+    root = tmp_path_factory.mktemp("mlflow-run")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
+    env["MLFLOW_TRACKING_URI"] = uri
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "run",
+            str(ROOT),
+            "-e",
+            "rmsnorm",
+            "--env-manager",
+            "local",
+            "--experiment-name",
+            "rmsnorm-e2e",
+            "-P",
+            "rows=8",
+            "-P",
+            "hidden=32",
+            "-P",
+            "warmup=1",
+            "-P",
+            "active=2",
+            "-P",
+            "backend=cpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "| naive |" in result.stdout  # the comparison is printed at the end
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("rmsnorm-e2e")
+    runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = {
+        r.info.run_name: r.info.run_id
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    }
+    return uri, children, parent.info.run_id
+
+
+@pytest.mark.slow
+def test_mlflow_run_rmsnorm_gives_three_children_and_a_comparison(rmsnorm_runs) -> None:
+    uri, children, parent = rmsnorm_runs
+    client = MlflowClient(uri)
+    assert set(children) == {"naive", "rms_norm", "compiled"}
+    calls = {
+        name: client.get_run(i).data.metrics["profile/op_calls"] for name, i in children.items()
+    }
+    assert calls["naive"] == 6 and calls["rms_norm"] == 1 and calls["compiled"] <= 2
+    assert "comparison.md" in [a.path for a in client.list_artifacts(parent)]
+    parent_metrics = client.get_run(parent).data.metrics
+    assert parent_metrics["comparison/rms_norm/op_calls"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_compare_every_format(rmsnorm_runs, monkeypatch, capsys, fmt) -> None:
+    uri, children, _ = rmsnorm_runs
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    ids = [children["naive"], children["rms_norm"], children["compiled"]]
+    assert main(["compare", *ids, "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        data = json.loads(out)
+        assert data["baseline"] == children["naive"]
+        assert data["time_metric"] == "cpu_time_us"
+        change = data["headline_change_pct"][children["rms_norm"]]
+        assert change["op_calls"] == pytest.approx(100 * (1 - 6) / 6)
+        statuses = {row["op"]: row["status"] for row in data["ops"]}
+        assert statuses["aten::add"][children["rms_norm"]] == "gone"  # fused uses add_
+        assert statuses["aten::rms_norm"][children["rms_norm"]] == "new"
+    else:
+        assert "op_calls" in out and "cpu_time_us" in out
+        assert "-83.3%" in out  # 6 -> 1 op calls
+        assert "[gone]" in out and "[new]" in out
+        if fmt == "markdown":
+            assert out.startswith("| metric |")
+
+
+@pytest.mark.slow
+def test_compare_by_experiment_recency(rmsnorm_runs, monkeypatch, capsys) -> None:
+    uri, children, _ = rmsnorm_runs
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(["compare", "--experiment", "rmsnorm-e2e", "--last", "2", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["runs"]) == 2
+    assert {r["run_id"] for r in data["runs"]} <= set(children.values())
+
+
+@pytest.mark.slow
+def test_regression_gate_passes_and_fails(rmsnorm_runs, monkeypatch, capsys) -> None:
+    uri, children, _ = rmsnorm_runs
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    naive, fused = children["naive"], children["rms_norm"]
+    client = MlflowClient(uri)
+    naive_cpu = client.get_run(naive).data.metrics["profile/cpu_time_us"]
+    fused_cpu = client.get_run(fused).data.metrics["profile/cpu_time_us"]
+    slower, faster = (naive, fused) if naive_cpu > fused_cpu else (fused, naive)
+    # the faster run against itself as baseline passes any gate
+    assert main(["compare", faster, faster, "--fail-above", "0"]) == 0
+    capsys.readouterr()
+    assert main(["compare", slower, "--baseline", faster, "--fail-above", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"regression: run {slower}" in err and "above the baseline's" in err
+    assert main(["compare", slower, "--baseline", faster, "--fail-above", "100000"]) == 0
+
+
+def test_bad_run_ids_and_runs_without_profile_metrics_exit_2(capsys, tracking_uri) -> None:
+    client = MlflowClient()
+    plain = client.create_run("0").info.run_id
+    profiled = client.create_run("0").info.run_id
+    client.log_metric(profiled, "profile/op_calls", 3.0)
+    client.log_metric(profiled, "profile/cpu_time_us", 10.0)
+    assert main(["compare", profiled, "0123456789abcdef0123456789abcdef"]) == 2
+    assert "run '0123456789abcdef0123456789abcdef' was not found" in capsys.readouterr().err
+    assert main(["compare", profiled, plain]) == 2
+    assert f"run '{plain}' has no profile metrics" in capsys.readouterr().err
+    assert main(["compare", profiled]) == 2
+    assert "at least two runs" in capsys.readouterr().err
+    assert main(["compare", profiled, profiled, "--prefix", "nope"]) == 2
+    assert "has no metrics under prefix 'nope'" in capsys.readouterr().err
+    assert main(["compare", "--experiment", "x"]) == 2
+    assert main(["compare", profiled, profiled, "--format", "yaml"]) == 2
+
+
+def test_compare_reads_metrics_when_there_is_no_summary_artifact(capsys) -> None:
+    client = MlflowClient()
+    a, b = (client.create_run("0").info.run_id for _ in range(2))
+    for run, cpu in ((a, 10.0), (b, 15.0)):
+        client.log_metric(run, "profile/op_calls", 2.0)
+        client.log_metric(run, "profile/cpu_time_us", cpu)
+        client.log_metric(run, "profile/op/aten.mul/self_cpu_us", cpu)
+    assert main(["compare", a, b, "--format", "json", "--fail-above", "60"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["headline_change_pct"][b]["cpu_time_us"] == pytest.approx(50.0)
+    (row,) = data["ops"]
+    assert row["op"] == "aten.mul" and row["delta_pct"][b] == pytest.approx(50.0)
+    assert main(["compare", a, b, "--fail-above", "40"]) == 1
+
+
+def test_runs_with_different_prefixes_are_compared_on_what_they_share(capsys) -> None:
+    client = MlflowClient()
+    a, b = (client.create_run("0").info.run_id for _ in range(2))
+    client.log_metric(a, "profile/train/op_calls", 2.0)
+    client.log_metric(a, "profile/train/cpu_time_us", 4.0)
+    client.log_metric(a, "profile/train/device_time_us", 3.0)
+    client.log_metric(b, "profile/train/op_calls", 2.0)
+    client.log_metric(b, "profile/train/cpu_time_us", 5.0)
+    client.log_metric(b, "profile/validate/op_calls", 1.0)
+    client.log_metric(b, "profile/validate/cpu_time_us", 1.0)
+    assert main(["compare", a, b, "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "left out: device_time_us" in out
+    assert "Headline time metric: cpu_time_us" in out
+
+
+@pytest.mark.slow
+def test_compare_entry_point_through_mlflow_run(rmsnorm_runs, tmp_path) -> None:
+    uri, _, _ = rmsnorm_runs
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
+    env["MLFLOW_TRACKING_URI"] = uri
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "run",
+            str(ROOT),
+            "-e",
+            "compare",
+            "--env-manager",
+            "local",
+            "--experiment-name",
+            "compare-runs",
+            "-P",
+            "experiment=rmsnorm-e2e",
+            "-P",
+            "last=3",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("| metric |")
+    assert "Headline time metric: cpu_time_us" in result.stdout
