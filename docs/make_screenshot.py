@@ -10,7 +10,6 @@ Run:  .venv/bin/python docs/make_screenshot.py
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,16 +22,15 @@ sys.path.insert(0, str(ROOT))
 from mlflow import MlflowClient  # noqa: E402
 
 from tests.conftest import running_mlflow_server  # noqa: E402
+from tests.helpers import parent_and_children, run_python  # noqa: E402
 
 
 def main() -> None:
     work = Path(tempfile.mkdtemp())
     uri = f"sqlite:///{work / 'mlflow.db'}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(MLFLOW_TRACKING_URI=uri, PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
-    subprocess.run(
+    params = ["rows=256", "hidden=1024", "backend=cpu"]
+    run_python(
         [
-            sys.executable,
             "-m",
             "mlflow",
             "run",
@@ -43,24 +41,14 @@ def main() -> None:
             "local",
             "--experiment-name",
             "rmsnorm",
-            "-P",
-            "rows=256",
-            "-P",
-            "hidden=1024",
-            "-P",
-            "backend=cpu",
+            *(a for p in params for a in ("-P", p)),
         ],
-        check=True,
-        env=env,
+        uri,
         cwd=work,
     )
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("rmsnorm")
-    children = [
-        r.info.run_id
-        for r in client.search_runs([experiment.experiment_id])
-        if "mlflow.parentRunId" in r.data.tags
-    ]
+    children = list(parent_and_children(client, "rmsnorm")[1].values())
     with running_mlflow_server(work, backend_store_uri=uri) as server:
         query = urllib.parse.urlencode(
             {"runs": json.dumps(children), "experiments": json.dumps([experiment.experiment_id])}

@@ -3,26 +3,52 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
 from mlflow import MlflowClient
 
+# The seed's RMSNorm variants: naive (6 top-level dispatches) and torch.rms_norm (1).
+from recipes.rmsnorm import rmsnorm_fused, rmsnorm_naive  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = 64
-EPS = 1e-6
 
 
-def rmsnorm_naive(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The seed's naive RMSNorm: mul, mean, add, rsqrt, mul, mul (6 top-level dispatches)."""
-    x_sq = x * x
-    mean_sq = x_sq.mean(-1, keepdim=True)
-    inv = torch.rsqrt(mean_sq + EPS)
-    return x * inv * w
+def run_python(args: list[str], tracking_uri: str, cwd: Path | None = None) -> str:
+    """Run ``python ARGS`` as a user would: a clean environment pointed at ``tracking_uri``,
+    the venv's ``bin`` on PATH (for ``mlflow run``); assert it succeeds; return stdout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
+    env["MLFLOW_TRACKING_URI"] = tracking_uri
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout
 
 
-def rmsnorm_fused(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``torch.rms_norm``: one top-level dispatch."""
-    return torch.rms_norm(x, (x.shape[-1],), w, EPS)
+def parent_and_children(client: MlflowClient, experiment: str) -> tuple[str, dict[str, str]]:
+    """The experiment's one parent run and its nested child runs by name."""
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = {
+        r.info.run_name: r.info.run_id
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    }
+    return parent.info.run_id, children
 
 
 def inputs(rows: int = 16) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,40 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from mlflow import MlflowClient
 
-from tests.helpers import artifact_files, metric_history
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT, artifact_files, metric_history, run_python
 
 
 @pytest.mark.slow
 def test_two_ranks_log_into_one_run(tracking_uri, tmp_path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env["PYTHONPATH"] = str(ROOT)
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "ddp_job.py"),
-            tracking_uri,
-            "cb-ddp",
-            str(tmp_path / "spool"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    out = run_python(
+        [str(ROOT / "tests" / "ddp_job.py"), tracking_uri, "cb-ddp", str(tmp_path / "spool")],
+        tracking_uri,
         cwd=tmp_path,
-        timeout=600,
-        check=False,
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    (run_id,) = [line[7:] for line in result.stdout.splitlines() if line.startswith("RUN_ID=")]
+    (run_id,) = [line[7:] for line in out.splitlines() if line.startswith("RUN_ID=")]
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("cb-ddp")
     assert len(client.search_runs([experiment.experiment_id])) == 1, "one run for both ranks"

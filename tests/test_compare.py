@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
 from neuron_mlflow.cli import main
+from tests.helpers import ROOT, parent_and_children, run_python
 
-ROOT = Path(__file__).resolve().parents[1]
+MLFLOW_RUN = ["-m", "mlflow", "run", str(ROOT), "--env-manager", "local"]
 
 
 @pytest.fixture(scope="module")
@@ -21,52 +18,16 @@ def rmsnorm_runs(tmp_path_factory) -> tuple[str, dict[str, str], str]:
     """Run the rmsnorm entry point with `mlflow run`; return (uri, child run ids, parent id)."""
     root = tmp_path_factory.mktemp("mlflow-run")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
-    env["MLFLOW_TRACKING_URI"] = uri
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "run",
-            str(ROOT),
-            "-e",
-            "rmsnorm",
-            "--env-manager",
-            "local",
-            "--experiment-name",
-            "rmsnorm-e2e",
-            "-P",
-            "rows=8",
-            "-P",
-            "hidden=32",
-            "-P",
-            "warmup=1",
-            "-P",
-            "active=2",
-            "-P",
-            "backend=cpu",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
+    params = ["rows=8", "hidden=32", "warmup=1", "active=2", "backend=cpu"]
+    out = run_python(
+        [*MLFLOW_RUN, "-e", "rmsnorm", "--experiment-name", "rmsnorm-e2e"]
+        + [arg for p in params for arg in ("-P", p)],
+        uri,
         cwd=root,
-        timeout=900,
-        check=False,
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "| naive |" in result.stdout  # the comparison is printed at the end
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("rmsnorm-e2e")
-    runs = client.search_runs([experiment.experiment_id])
-    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = {
-        r.info.run_name: r.info.run_id
-        for r in runs
-        if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
-    }
-    return uri, children, parent.info.run_id
+    assert "| naive |" in out  # the comparison is printed at the end
+    parent, children = parent_and_children(MlflowClient(uri), "rmsnorm-e2e")
+    return uri, children, parent
 
 
 @pytest.mark.slow
@@ -188,20 +149,11 @@ def test_runs_with_different_prefixes_are_compared_on_what_they_share(capsys) ->
 @pytest.mark.slow
 def test_compare_entry_point_through_mlflow_run(rmsnorm_runs, tmp_path) -> None:
     uri, _, _ = rmsnorm_runs
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
-    env["MLFLOW_TRACKING_URI"] = uri
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    result = subprocess.run(
+    out = run_python(
         [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "run",
-            str(ROOT),
+            *MLFLOW_RUN,
             "-e",
             "compare",
-            "--env-manager",
-            "local",
             "--experiment-name",
             "compare-runs",
             "-P",
@@ -209,13 +161,8 @@ def test_compare_entry_point_through_mlflow_run(rmsnorm_runs, tmp_path) -> None:
             "-P",
             "last=3",
         ],
-        capture_output=True,
-        text=True,
-        env=env,
+        uri,
         cwd=tmp_path,
-        timeout=600,
-        check=False,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.startswith("| metric |")
-    assert "Headline time metric: cpu_time_us" in result.stdout
+    assert out.startswith("| metric |")
+    assert "Headline time metric: cpu_time_us" in out
