@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,15 +150,66 @@ class Schedule(_StrictModel):
         return self.wait + self.warmup + self.active
 
 
-class NeuronOptions(_StrictModel):
-    """Options of the Neuron backend (``ProfilerConfig.neuron``).
+NeuronMode = Literal["device", "runtime", "cpu_util", "host_memory"]
+"""Neuron profile modes (``ProfileMode`` members ``DEVICE``, ``RUNTIME``, ...)."""
 
-    Reserved: the fields arrive with the Neuron backend. Today the model accepts no field.
+_CORE_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+class NeuronOptions(_StrictModel):
+    """Options of the Neuron backend (``ProfilerConfig.neuron``), passed to ``NeuronConfig``.
+
+    Only options the user set are passed on (besides ``modes`` and the output folder), so an
+    SDK that lacks one fails only when it is used. The Neuron backend itself is not in this
+    release: these options are validated and recorded, not yet used.
 
     Example:
-        >>> NeuronOptions()
-        NeuronOptions()
+        >>> NeuronOptions(capture_enabled_for_nc="0,1,2-5").capture_enabled_for_nc
+        '0,1,2-5'
+        >>> NeuronOptions().modes
+        ('device', 'runtime')
+        >>> NeuronOptions(capture_enabled_for_nc="3-1")
+        Traceback (most recent call last):
+        ...
+        neuron_mlflow.errors.ConfigError: invalid NeuronOptions:
+          capture_enabled_for_nc: got '3-1'; Value error, range '3-1' runs backwards: write low-high
     """
+
+    modes: tuple[NeuronMode, ...] = Field(
+        ("device", "runtime"), min_length=1, description="what to capture (profile modes)"
+    )
+    capture_enabled_for_nc: str | None = Field(
+        None, description="NeuronCores to capture: indices and ranges, e.g. '0,1,2-5' (all)"
+    )
+    correlate_device_time: bool = Field(
+        True, description="propagate device time into key_averages()"
+    )
+    max_events_per_nc: int | None = Field(
+        None, ge=1, description="ring buffer per NeuronCore (events)"
+    )
+    neff_cache_dir: Path | None = Field(None, description="NEFF cache copied into the profile")
+
+    @field_validator("modes")
+    @classmethod
+    def _unique_modes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("capture_enabled_for_nc")
+    @classmethod
+    def _core_list(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        compact = value.replace(" ", "")
+        if not _CORE_LIST.match(compact):
+            raise ValueError(
+                "expected NeuronCore indices and ranges separated by commas, e.g. '0,1,2-5' "
+                "(no empty parts, letters or signs)"
+            )
+        for part in compact.split(","):
+            low, _, high = part.partition("-")
+            if high and int(high) < int(low):
+                raise ValueError(f"range {part!r} runs backwards: write low-high")
+        return compact
 
 
 class ProfilerConfig(BaseSettings):

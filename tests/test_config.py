@@ -107,8 +107,8 @@ def test_invalid_yaml_value_is_reported_with_its_field(tmp_path, monkeypatch) ->
             "schedule.activ: unknown field (got 2); allowed fields: active, repeat",
         ),
         (
-            {"neuron": {"modes": ["device"]}},
-            "neuron.modes: unknown field (got ['device']); allowed fields: none",
+            {"neuron": {"mode": ["device"]}},
+            "neuron.mode: unknown field (got ['device']); allowed fields: capture_enabled_for_nc",
         ),
     ],
 )
@@ -151,3 +151,38 @@ def test_flat_params_are_dotted_strings() -> None:
     assert params["backend"] == "cpu"
     assert params["schedule.active"] == "4"
     assert params["local_dir"] == "neuron_mlflow_traces"
+
+
+@pytest.mark.parametrize(
+    ("cores", "expected"),
+    [
+        ("3-1", "range '3-1' runs backwards: write low-high"),
+        ("a", "expected NeuronCore indices and ranges separated by commas"),
+        ("1,,2", "expected NeuronCore indices and ranges"),
+        ("", "expected NeuronCore indices and ranges"),
+        ("-1", "expected NeuronCore indices and ranges"),
+        ("1-", "expected NeuronCore indices and ranges"),
+    ],
+)
+def test_neuron_core_list_errors(cores: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        ProfilerConfig(neuron={"capture_enabled_for_nc": cores})
+    assert f"neuron.capture_enabled_for_nc: got {cores!r}" in str(info.value)
+    assert expected in str(info.value)
+
+
+def test_neuron_options_defaults_env_and_mode_errors(monkeypatch) -> None:
+    options = ProfilerConfig().neuron
+    assert options.modes == ("device", "runtime")
+    assert options.correlate_device_time is True
+    assert options.capture_enabled_for_nc is None and options.max_events_per_nc is None
+    assert nm.NeuronOptions(capture_enabled_for_nc="0, 1, 2-5").capture_enabled_for_nc == "0,1,2-5"
+    monkeypatch.setenv("NEURON_MLFLOW_NEURON__CAPTURE_ENABLED_FOR_NC", "0-3")
+    monkeypatch.setenv("NEURON_MLFLOW_NEURON__MODES", '["runtime", "cpu_util"]')
+    cfg = ProfilerConfig()
+    assert cfg.neuron.capture_enabled_for_nc == "0-3"
+    assert cfg.neuron.modes == ("runtime", "cpu_util")
+    with pytest.raises(ConfigError, match=r"neuron\.modes\.0: got 'gpu'; Input should be 'device'"):
+        ProfilerConfig(neuron={"modes": ["gpu"]})
+    with pytest.raises(ConfigError, match=r"neuron\.max_events_per_nc: got 0"):
+        ProfilerConfig(neuron={"max_events_per_nc": 0})
