@@ -18,7 +18,7 @@ from neuron_mlflow.errors import (
 )
 from neuron_mlflow.mlflow_sink import SyncReport, sync_pending
 from neuron_mlflow.session import NeuronMlflowWarning, ProfilingSession
-from neuron_mlflow.summary import OpStats, OpSummary
+from neuron_mlflow.summary import OpStats, OpSummary, render_side_by_side
 
 
 def __getattr__(name: str) -> object:
@@ -45,5 +45,6 @@ __all__ = [
     "Schedule",
     "SyncReport",
     "profile",
+    "render_side_by_side",
     "sync_pending",
 ]

@@ -303,3 +303,33 @@ def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
             ]
         )
     return out.getvalue()
+
+
+def render_side_by_side(summaries: dict[str, OpSummary]) -> str:
+    """The seed's side-by-side table of variants: device time, self CPU time, op calls, wall.
+
+    Args:
+        summaries: variant name to its window summary, in display order.
+
+    Returns:
+        A Markdown table; device time shows ``n/a`` where none was measured.
+
+    Example:
+        >>> s = build_summary([RawOp("aten::_fused_rms_norm", 1, 47.6, 47.6, 403.3, 403.3)],
+        ...                   1, 1, 500.0, device_label="NEURON")
+        >>> print(render_side_by_side({"rms_norm": s}).splitlines()[2])
+        | rms_norm | 403.3 | 47.6 | 1 | 500.0 |
+    """
+    lines = [
+        "| variant | device time (us) | self CPU (us) | op calls | wall time (us) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for variant, s in summaries.items():
+        device = f"{s.device_time_us:.1f}" if s.device_time_us is not None else "n/a"
+        lines.append(
+            f"| {variant} | {device} | {s.cpu_time_us:.1f} | {_calls(s.op_calls)} "
+            f"| {s.wall_time_us:.1f} |"
+        )
+    if not any(s.has_device_time for s in summaries.values()):
+        lines += ["", "Device time was not measured (CPU backend)."]
+    return "\n".join(lines) + "\n"

@@ -79,23 +79,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def comparison_table(rows: dict[str, nm.OpSummary]) -> str:
-    """The seed's side-by-side table: device time, self CPU time, op calls, wall time."""
-    has_device = any(s.device_time_us is not None for s in rows.values())
-    header = "| variant | device time (us) | self CPU (us) | op calls | wall time (us) |"
-    lines = [header, "|---|---:|---:|---:|---:|"]
-    for variant, s in rows.items():
-        device = f"{s.device_time_us:.1f}" if s.device_time_us is not None else "n/a"
-        lines.append(
-            f"| {variant} | {device} | {s.cpu_time_us:.1f} | {s.op_calls:g} "
-            f"| {s.wall_time_us:.1f} |"
-        )
-    if not has_device:
-        lines.append("")
-        lines.append("Device time was not measured (CPU backend).")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = _device(args.backend)
@@ -120,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{variant}: no window was captured", file=sys.stderr)
                     return 1
                 summaries[variant] = summary
-        table = comparison_table(summaries)
+        table = nm.render_side_by_side(summaries)
         mlflow.log_text(table, "comparison.md")
         for variant, s in summaries.items():
             values = {"cpu_time_us": s.cpu_time_us, "op_calls": s.op_calls}

@@ -7,7 +7,14 @@ import io
 
 import pytest
 
-from neuron_mlflow.summary import RawOp, build_summary, format_us, render_csv, render_markdown
+from neuron_mlflow.summary import (
+    RawOp,
+    build_summary,
+    format_us,
+    render_csv,
+    render_markdown,
+    render_side_by_side,
+)
 
 # The seed's key_averages() rows for the naive RMSNorm on Trainium (one profiled step).
 SEED_NAIVE = [
@@ -35,6 +42,23 @@ def test_seed_naive_rmsnorm_table_is_reproduced() -> None:
     assert "| aten::mean | 1 | 21.1 us | 340.8 us | 14.5 % |" in table
     assert "Self NEURON time total: 2.355 ms" in table
     assert "Op calls (top-level dispatches): 6" in table
+
+
+def test_seed_side_by_side_of_the_three_variants() -> None:
+    naive = build_summary(SEED_NAIVE, 6, 1, 3000.0, device_label="NEURON")
+    fused = build_summary(
+        [RawOp("aten::_fused_rms_norm", 1, 47.6, 47.6, 403.3, 403.3)], 1, 1, 600.0, "NEURON"
+    )
+    compiled = build_summary(
+        [RawOp("Torch-Compiled Region: 0/0", 1, 98.4, 98.4, 375.5, 375.5)], 1, 1, 700.0, "NEURON"
+    )
+    table = render_side_by_side({"naive": naive, "rms_norm": fused, "compiled": compiled})
+    assert "| naive | 2354.9 | 124.2 | 6 | 3000.0 |" in table
+    assert "| rms_norm | 403.3 | 47.6 | 1 | 600.0 |" in table
+    assert "| compiled | 375.5 | 98.4 | 1 | 700.0 |" in table
+    # fusion cuts device time to about one sixth, as the seed reports
+    assert round(naive.device_time_us / fused.device_time_us, 1) == 5.8
+    assert compiled.ops[0].device_pct == 100.0
 
 
 def test_figures_are_per_step() -> None:
