@@ -98,7 +98,7 @@ class NeuronProfilerCallback(Callback):
         self.config = base.with_overrides(**overrides)
         self.stages = _check_stages(stages)
         self.ranks = _check_ranks(ranks)
-        resolve_backend(self.config.backend)  # fail at construction, not mid-training
+        resolve_backend(self.config.backend, self.config)  # fail at construction, not mid-training
         self.summaries: dict[str, OpSummary] = {}
         self._done: dict[str, set[int]] = {stage: set() for stage in STAGES}
         self._sessions: dict[str, ProfilingSession] = {}

@@ -42,11 +42,14 @@ class CapturedStats:
         cpu_ops: CPU-side ``key_averages()`` rows.
         device_rows: device-side rows (kernels), whose self time is the device total.
         top_level_calls: operator dispatches at the top of the CPU call tree.
+        calls_marked: only work inside call markers was read (device time then comes from
+            the operators' own device time, not from device rows).
     """
 
     cpu_ops: list[RawOp] = field(default_factory=list)
     device_rows: list[RawOp] = field(default_factory=list)
     top_level_calls: int = 0
+    calls_marked: bool = False
 
 
 def _is_marker(name: str) -> bool:
@@ -153,6 +156,7 @@ def read_profile(prof: torch.profiler.profile, calls_marked: bool = False) -> Ca
         inside = _inside_call_markers(prof.events())
         stats.cpu_ops = aggregate_events(inside)
         stats.top_level_calls = count_top_level_calls(inside)
+        stats.calls_marked = True
         return stats
     for row in prof.key_averages():
         if row.key.startswith(STEP_MARKER_PREFIX):

@@ -120,7 +120,7 @@ class ProfilingSession:
     ) -> None:
         self.config = config
         self.prefix = prefix or config.metric_prefix
-        self.backend = resolve_backend(config.backend)
+        self.backend = resolve_backend(config.backend, config)
         self.upload_enabled = upload
         self.step_num = 0
         self.summary: OpSummary | None = None
@@ -387,6 +387,7 @@ class ProfilingSession:
         first, last = window.first, capture.last_recorded
         artifact_path = window_artifact_path(self.prefix, first, last)
         stats = capture.stats or CapturedStats()
+        stats, device_time_source = self.backend.refine_device_time(stats, capture.trace_dir)
         summary = build_summary(
             stats.cpu_ops,
             top_level_calls=stats.top_level_calls,
@@ -399,6 +400,8 @@ class ProfilingSession:
         tags = environment_tags(self.backend.describe(), rank, world_size)
         if partial:
             tags[f"neuron_mlflow.partial/{artifact_path}"] = "true"
+        if device_time_source is not None:
+            tags["neuron_mlflow.device_time_source"] = device_time_source
         metric_step = last if self._metric_step is None else self._metric_step()
         keys = op_keys(op.name for op in summary.ops)
         metrics = window_metrics(summary, self.prefix, self.config.top_k)

@@ -18,13 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = 64
 
 
-def run_python(args: list[str], tracking_uri: str, cwd: Path | None = None) -> str:
+def run_python(
+    args: list[str], tracking_uri: str, cwd: Path | None = None, **extra_env: str
+) -> str:
     """Run ``python ARGS`` as a user would: a clean environment pointed at ``tracking_uri``,
-    the venv's ``bin`` on PATH (for ``mlflow run``); assert it succeeds; return stdout."""
+    the venv's ``bin`` on PATH (for ``mlflow run``), plus ``extra_env``; assert it succeeds;
+    return stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
     env["MLFLOW_TRACKING_URI"] = tracking_uri
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(ROOT)
+    env.update(extra_env)
     result = subprocess.run(
         [sys.executable, *args],
         capture_output=True,

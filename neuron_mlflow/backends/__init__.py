@@ -12,22 +12,36 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from neuron_mlflow.backends.base import Backend
 from neuron_mlflow.backends.cpu import CpuBackend
 from neuron_mlflow.backends.cuda import CudaBackend
+from neuron_mlflow.backends.neuron import NeuronBackend
 from neuron_mlflow.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from neuron_mlflow.config import ProfilerConfig
 
 __all__ = ["BACKENDS", "AUTO_ORDER", "Backend", "resolve_backend"]
 
-BACKENDS: dict[str, type[Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend}
+BACKENDS: dict[str, type[Backend]] = {
+    "cpu": CpuBackend,
+    "cuda": CudaBackend,
+    "neuron": NeuronBackend,
+}
 """Backends by name."""
 
 AUTO_ORDER = ("neuron", "cuda", "cpu")
 """The order in which ``auto`` tries backends."""
 
 
-def resolve_backend(name: str) -> Backend:
+def resolve_backend(name: str, config: ProfilerConfig | None = None) -> Backend:
     """Return a ready backend for ``name`` (``auto``, ``neuron``, ``cuda`` or ``cpu``).
+
+    Args:
+        name: the backend name.
+        config: the profiling configuration the backend serves (Neuron options, tags).
 
     Raises:
         BackendUnavailableError: the backend cannot run here; the message says what is
@@ -46,17 +60,12 @@ def resolve_backend(name: str) -> Backend:
         for candidate in AUTO_ORDER:
             cls = BACKENDS.get(candidate)
             if cls is not None and cls.unavailable_reason() is None:
-                return cls()
-        return CpuBackend()
-    if name == "neuron" and name not in BACKENDS:
-        raise BackendUnavailableError(
-            "backend='neuron' is not available: this version of neuron-mlflow has no Neuron "
-            "backend yet; use backend='cuda', 'cpu' or 'auto'"
-        )
+                return cls(config)
+        return CpuBackend(config)
     cls = BACKENDS.get(name)
     if cls is None:
         raise ConfigError(f"unknown backend {name!r}; allowed: auto, neuron, cuda, cpu")
     reason = cls.unavailable_reason()
     if reason is not None:
         raise BackendUnavailableError(reason)
-    return cls()
+    return cls(config)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import torch.profiler
 
+    from neuron_mlflow.capture import CapturedStats
     from neuron_mlflow.config import ProfilerConfig
 
 
@@ -33,6 +34,9 @@ class Backend(abc.ABC):
 
     name: ClassVar[str]
     device_label: ClassVar[str | None] = None
+
+    def __init__(self, config: ProfilerConfig | None = None) -> None:
+        self.config = config
 
     @classmethod
     @abc.abstractmethod
@@ -64,6 +68,18 @@ class Backend(abc.ABC):
 
     def synchronize(self) -> None:  # noqa: B027 - optional hook, CPU needs nothing
         """Wait for queued device work, so that a step's device time falls inside it."""
+
+    def refine_device_time(
+        self, stats: CapturedStats, trace_dir: Path
+    ) -> tuple[CapturedStats, str | None]:
+        """Where the window's device time comes from: ``key_averages``, ``trace`` or ``none``
+        (``None`` for a backend without device time). The Neuron backend falls back to the
+        trace's device events here."""
+        if self.device_label is None:
+            return stats, None
+        rows = stats.device_rows or stats.cpu_ops
+        measured = any((row.self_device_us or 0.0) > 0 for row in rows)
+        return stats, "key_averages" if measured else "none"
 
     def describe(self) -> dict[str, str]:
         """Facts for run tags: at least ``backend`` and ``device``."""

@@ -1,0 +1,265 @@
+"""The Neuron backend: TorchNeuron's profiler on AWS Trainium, as AWS documents it.
+
+``torch_neuronx.profiling`` is imported lazily. A window runs ``torch.profiler.profile`` with
+``activities=[CPU, PrivateUse1]``, ``experimental_config=NeuronConfig(...)`` (the modes mapped
+to ``ProfileMode`` members by name, ``profile_output_dir`` inside the window's spool folder,
+and only the options the user set) and ``on_trace_ready=NeuronProfiler(cfg).export_trace``;
+``torch.neuron.synchronize()`` runs before each step ends. The whole output tree
+(``<instance-id>_pid_<pid>/<timestamp>/`` with ``trace.json``, ``*.pb``, ``*.neff``,
+``*.ntff``) is uploaded unchanged under ``traces/rank_<r>/``.
+
+Device time comes from ``key_averages()``; when every device time there is zero, from the
+``privateuse1_driver`` events of the window's ``trace.json`` linked to operators through
+their ``privateuse1_runtime`` calls (``args.correlation``).
+
+Example:
+    >>> NeuronBackend.name, NeuronBackend.device_label
+    ('neuron', 'NEURON')
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import logging
+import os
+from collections import defaultdict
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuron_mlflow.backends.base import Backend
+from neuron_mlflow.summary import RawOp
+
+if TYPE_CHECKING:
+    import torch.profiler
+
+    from neuron_mlflow.capture import CapturedStats
+    from neuron_mlflow.config import ProfilerConfig
+
+log = logging.getLogger("neuron_mlflow")
+
+INSTALL_HINT = (
+    "install TorchNeuron from the AWS Neuron package index, e.g. `pip install torch-neuronx "
+    "--extra-index-url https://pip.repos.neuron.amazonaws.com` (on a Trainium host with the "
+    "Neuron driver and runtime)"
+)
+PROFILE_ENVIRONMENT = (
+    "XLA_IR_DEBUG",
+    "XLA_HLO_DEBUG",
+    "NEURON_FRAMEWORK_DEBUG",
+    "NEURON_RT_NUM_CORES",
+    "NEURON_RT_VISIBLE_CORES",
+    "NEURON_RT_VIRTUAL_CORE_SIZE",
+)
+RUNTIME_CATEGORY = "privateuse1_runtime"
+DEVICE_CATEGORY = "privateuse1_driver"
+
+
+def device_time_from_trace(path: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Device time per operator and per device event name from a framework ``trace.json``.
+
+    A device event (``privateuse1_driver``) is attributed, through its ``args.correlation``,
+    to the runtime call (``privateuse1_runtime``) that launched it, and that call to the
+    innermost ``cpu_op`` enclosing it on the same thread.
+
+    Returns:
+        ``(per_op, per_kernel)``: microseconds summed over the window.
+
+    Example:
+        >>> import json, tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "trace.json"
+        >>> _ = path.write_text(json.dumps({"traceEvents": [
+        ...     {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1,
+        ...      "ts": 0, "dur": 10},
+        ...     {"ph": "X", "cat": "privateuse1_runtime", "name": "launch", "pid": 1, "tid": 1,
+        ...      "ts": 2, "dur": 1, "args": {"correlation": 5}},
+        ...     {"ph": "X", "cat": "privateuse1_driver", "name": "k", "pid": 9, "tid": 0,
+        ...      "ts": 3, "dur": 40, "args": {"correlation": 5}}]}))
+        >>> device_time_from_trace(path)
+        ({'aten::mul': 40.0}, {'k': 40.0})
+    """
+    events = json.loads(path.read_text(encoding="utf-8")).get("traceEvents", [])
+    ops: dict[tuple[Any, Any], list[tuple[float, float, str]]] = defaultdict(list)
+    launches: dict[Any, tuple[Any, Any, float]] = {}
+    device: list[tuple[Any, str, float]] = []
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = e.get("cat")
+        ts, dur = float(e.get("ts", 0)), float(e.get("dur", 0))
+        if cat == "cpu_op":
+            ops[(e.get("pid"), e.get("tid"))].append((ts, ts + dur, e["name"]))
+        elif cat == RUNTIME_CATEGORY:
+            launches[(e.get("args") or {}).get("correlation")] = (e.get("pid"), e.get("tid"), ts)
+        elif cat == DEVICE_CATEGORY:
+            device.append(((e.get("args") or {}).get("correlation"), e.get("name", "?"), dur))
+    for intervals in ops.values():
+        intervals.sort()
+    starts = {key: [i[0] for i in intervals] for key, intervals in ops.items()}
+    per_op: dict[str, float] = defaultdict(float)
+    per_kernel: dict[str, float] = defaultdict(float)
+    for correlation, name, dur in device:
+        per_kernel[name] += dur
+        launch = launches.get(correlation)
+        if launch is None:
+            continue
+        pid, tid, ts = launch
+        intervals = ops.get((pid, tid), [])
+        i = bisect.bisect_right(starts.get((pid, tid), []), ts) - 1
+        while i >= 0 and intervals[i][1] < ts:
+            i -= 1  # step back out of ops that ended before the launch
+        if i >= 0:
+            per_op[intervals[i][2]] += dur
+    return dict(per_op), dict(per_kernel)
+
+
+class NeuronBackend(Backend):
+    """Profile CPU operators and NeuronCore activity with TorchNeuron's profiler.
+
+    Example:
+        >>> reason = NeuronBackend.unavailable_reason()
+        >>> reason is None or "torch_neuronx" in reason
+        True
+    """
+
+    name = "neuron"
+    device_label = "NEURON"
+
+    def __init__(self, config: ProfilerConfig | None = None) -> None:
+        super().__init__(config)
+        self._exporter: Any = None
+        if os.environ.get("NEURON_RT_INSPECT_ENABLE") == "1":
+            import warnings
+
+            warnings.warn(
+                "NEURON_RT_INSPECT_ENABLE=1 is set: the runtime's own capture conflicts with "
+                "torch.profiler capture; unset it while profiling with neuron-mlflow",
+                UserWarning,
+                stacklevel=3,
+            )
+        if config is not None and "device" in config.neuron.modes:
+            log.info(
+                "neuron-mlflow: Neuron 'device' mode captures NeuronCore instruction traces and "
+                "reserves device memory (about 5 GB of HBM on Trn2) while a window runs"
+            )
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import torch_neuronx
+            import torch_neuronx.profiling  # noqa: F401
+        except ImportError as exc:
+            if "WRONG PACKAGE" in str(exc):
+                return (
+                    "backend='neuron': the installed torch_neuronx is PyPI's placeholder "
+                    f"package ({str(exc)[:80]}...), not the Neuron SDK; uninstall it and "
+                    + INSTALL_HINT
+                )
+            return f"backend='neuron' needs the AWS Neuron SDK (torch_neuronx: {exc}); " + (
+                INSTALL_HINT
+            )
+        import torch
+
+        neuron = getattr(torch, "neuron", None)
+        count = getattr(neuron, "device_count", None)
+        if neuron is None or (count is not None and count() == 0):
+            return (
+                "backend='neuron': torch_neuronx imports but no Neuron device is visible "
+                "(check the Neuron driver and NEURON_RT_VISIBLE_CORES), or use backend='cpu'"
+            )
+        return None
+
+    def activities(self) -> list[torch.profiler.ProfilerActivity]:
+        from torch.profiler import ProfilerActivity
+
+        return [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+
+    def neuron_config(self, config: ProfilerConfig, output_dir: Path) -> Any:
+        """Build ``NeuronConfig``: modes by ``ProfileMode`` member name, the output folder,
+        and only the options the user set."""
+        from torch_neuronx.profiling import NeuronConfig, ProfileMode
+
+        options = config.neuron
+        kwargs: dict[str, Any] = {
+            "modes": [getattr(ProfileMode, mode.upper()) for mode in options.modes],
+            "profile_output_dir": str(output_dir),
+        }
+        for field in ("capture_enabled_for_nc", "max_events_per_nc", "neff_cache_dir"):
+            value = getattr(options, field)
+            if value is not None:
+                kwargs[field] = str(value) if field == "neff_cache_dir" else value
+        if "correlate_device_time" in options.model_fields_set:
+            kwargs["correlate_device_time"] = options.correlate_device_time
+        return NeuronConfig(**kwargs)
+
+    def profiler_kwargs(self, config: ProfilerConfig, output_dir: Path) -> dict[str, Any]:
+        from torch_neuronx.profiling import NeuronProfiler
+
+        neuron_config = self.neuron_config(config, output_dir)
+        self._exporter = NeuronProfiler(neuron_config)
+        return {"experimental_config": neuron_config}
+
+    def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
+        """``NeuronProfiler(cfg).export_trace``: the Neuron tree, names and nesting as written."""
+        self._exporter.export_trace(prof)
+
+    def synchronize(self) -> None:
+        import torch
+
+        torch.neuron.synchronize()
+
+    def refine_device_time(
+        self, stats: CapturedStats, trace_dir: Path
+    ) -> tuple[CapturedStats, str]:
+        """Use ``key_averages()`` device time, else the device events of ``trace.json``."""
+        rows = stats.device_rows or stats.cpu_ops
+        if any((row.self_device_us or 0.0) > 0 for row in rows):
+            return stats, "key_averages"
+        per_op: dict[str, float] = defaultdict(float)
+        per_kernel: dict[str, float] = defaultdict(float)
+        for trace in sorted(trace_dir.rglob("trace.json")):
+            ops, kernels = device_time_from_trace(trace)
+            for name, us in ops.items():
+                per_op[name] += us
+            for name, us in kernels.items():
+                per_kernel[name] += us
+        if not per_kernel:
+            return stats, "none"
+        stats.cpu_ops = [
+            replace(
+                op,
+                self_device_us=per_op.get(op.name, 0.0),
+                device_total_us=per_op.get(op.name, 0.0),
+            )
+            for op in stats.cpu_ops
+        ]
+        # With marked calls only the calls' own operators count, so the device total is theirs.
+        stats.device_rows = (
+            []
+            if stats.calls_marked
+            else [RawOp(name, 1, 0.0, 0.0, us, us) for name, us in per_kernel.items()]
+        )
+        return stats, "trace"
+
+    def describe(self) -> dict[str, str]:
+        facts = {"backend": self.name, "device": self.device_label or "NEURON"}
+        for package, key in (
+            ("torch-neuronx", "torch_neuronx_version"),
+            ("neuronx-cc", "neuronx_cc_version"),
+        ):
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                facts[key] = metadata.version(package)
+        if "torch_neuronx_version" not in facts:
+            import torch_neuronx
+
+            facts["torch_neuronx_version"] = str(getattr(torch_neuronx, "__version__", "unknown"))
+        for name in PROFILE_ENVIRONMENT:
+            if name in os.environ:
+                facts[f"env.{name}"] = os.environ[name]
+        if self.config is not None:
+            facts["neuron.modes"] = ",".join(self.config.neuron.modes)
+            facts["neuron.cores"] = self.config.neuron.capture_enabled_for_nc or "all"
+        return facts
