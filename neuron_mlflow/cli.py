@@ -1,6 +1,7 @@
 """The ``neuron-mlflow`` command line: a thin shell over library functions.
 
-Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs).
+Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs), ``download``
+(fetch a window's traces and print the commands that open them).
 Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
 ``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics).
 Results go to stdout, diagnostics to stderr.
@@ -28,6 +29,7 @@ from neuron_mlflow.compare import (
     render_table,
 )
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.download import DownloadError, download_window, viewer_commands
 from neuron_mlflow.mlflow_sink import current_tracking_uri, sync_pending
 
 EXIT_OK = 0
@@ -87,7 +89,38 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--last", type=int, metavar="K", help="with --experiment: the K most recent profiled runs"
     )
+    download = verbs.add_parser(
+        "download",
+        help="fetch a window's traces and print the commands that open them",
+        description=(
+            "Download the traces of one window (default: the latest) of RUN_ID into DEST, with "
+            "names and nesting unchanged, and print the neuron-explorer commands for the system "
+            "profile and the device-only (.neff + .ntff) views. Exit 2 for an unknown run or "
+            "window."
+        ),
+    )
+    download.add_argument("run_id", metavar="RUN_ID")
+    download.add_argument(
+        "--window", metavar="W", help="window folder, e.g. step_000010-000012 or P/step_..."
+    )
+    download.add_argument("--dest", required=True, metavar="DIR", help="local folder")
     return parser
+
+
+def _download(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from mlflow import MlflowClient
+
+    try:
+        window, local = download_window(MlflowClient(), args.run_id, args.window, Path(args.dest))
+    except DownloadError as exc:
+        print(f"neuron-mlflow download: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"# window {window} of run {args.run_id}: traces in {local}")
+    for command in viewer_commands(local):
+        print(command)
+    return EXIT_OK
 
 
 def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
@@ -202,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _sync(args)
     if args.verb == "compare":
         return _compare(args)
+    if args.verb == "download":
+        return _download(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown verbs
 
 

@@ -37,3 +37,17 @@ def test_console_script_is_installed() -> None:
 
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "neuron-mlflow"]
     assert script.value == "neuron_mlflow.cli:main"
+
+
+def test_download_of_a_torch_trace_points_to_perfetto(tmp_path, capsys) -> None:
+    import torch
+
+    import neuron_mlflow as nm
+
+    profiled = nm.profile(backend="cpu", schedule=nm.Schedule(warmup=0, active=1))(torch.ones)
+    profiled(3)
+    run_id = profiled.profiler.run_id
+    assert main(["download", run_id, "--dest", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "# window profile/step_000000-000000" in out
+    assert "https://ui.perfetto.dev" in out and ".pt.trace.json.gz" in out

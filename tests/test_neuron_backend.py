@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 
 import neuron_mlflow as nm
 from neuron_mlflow.backends.neuron import device_time_from_trace
+from neuron_mlflow.cli import main
 from tests.helpers import ROOT, artifact_files, run_python
 
 DOUBLE = ROOT / "tests" / "neuron_double"
@@ -203,3 +204,39 @@ def test_trace_attribution_innermost_op_and_unknown_correlation(tmp_path) -> Non
     per_op, per_kernel = device_time_from_trace(path)
     assert per_op == {"aten::addmm": 70.0, "aten::linear": 5.0}
     assert per_kernel == {"gemm": 70.0, "bias": 5.0, "orphan": 3.0}
+
+
+def test_download_fetches_the_tree_and_prints_neuron_explorer_commands(
+    tmp_path, tracking_uri, capsys
+) -> None:
+    run_id, _, _ = _run(tmp_path, tracking_uri)
+    dest = tmp_path / "fetched"
+    assert main(["download", run_id, "--dest", str(dest)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"# window {WINDOW} of run {run_id}")
+    (system,) = [line for line in out if line.startswith("neuron-explorer view -d ")]
+    folder = Path(system.split(" -d ", 1)[1])
+    assert (folder / "trace_info.pb").is_file() and (folder / "trace.json").is_file()
+    assert folder.parent.name.startswith("i-0double000000000_pid_")
+    pairs = [line for line in out if line.startswith("neuron-explorer view -n ")]
+    assert pairs == [
+        f"neuron-explorer view -n {folder / 'neff_0123abcd_vnc_0.neff'} "
+        f"-s {folder / f'profile_nc_{core}_session_0.ntff'}"
+        for core in (0, 1)
+    ]
+    assert main(["download", run_id, "--window", "step_000001-000002", "--dest", str(dest)]) == 0
+    capsys.readouterr()
+    assert main(["download", run_id, "--window", "step_000009-000009", "--dest", str(dest)]) == 2
+    assert "window 'step_000009-000009' was not found" in capsys.readouterr().err
+    assert main(["download", "f" * 32, "--dest", str(dest)]) == 2
+    assert "was not found" in capsys.readouterr().err
+
+
+def test_auto_picks_neuron_when_the_sdk_and_a_device_are_there() -> None:
+    code = "from neuron_mlflow.backends import resolve_backend;print(resolve_backend('auto').name)"
+    env = {**os.environ, "PYTHONPATH": f"{DOUBLE}{os.pathsep}{ROOT}"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "neuron"
