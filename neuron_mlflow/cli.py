@@ -1,7 +1,8 @@
 """The ``neuron-mlflow`` command line: a thin shell over library functions.
 
 Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs), ``download``
-(fetch a window's traces and print the commands that open them).
+(fetch a window's traces and print the commands that open them), ``summarize`` (the op
+summary of a trace file, without MLflow).
 Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
 ``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics).
 Results go to stdout, diagnostics to stderr.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from neuron_mlflow.compare import (
     CompareError,
@@ -104,7 +106,55 @@ def _parser() -> argparse.ArgumentParser:
         "--window", metavar="W", help="window folder, e.g. step_000010-000012 or P/step_..."
     )
     download.add_argument("--dest", required=True, metavar="DIR", help="local folder")
+    summarize = verbs.add_parser(
+        "summarize",
+        help="print the op summary of a trace file (no MLflow)",
+        description=(
+            "Read a Chrome/Kineto trace (.json or .json.gz, any accelerator) and print its op "
+            "summary in the seed's layout, per profiled step, plus device kernels, device "
+            "busy share and unattributed device events. Exit 2 for a missing or malformed file."
+        ),
+    )
+    summarize.add_argument("path", metavar="PATH")
+    summarize.add_argument("--top", type=int, default=30, metavar="N", help="ops shown (30)")
     return parser
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from neuron_mlflow.summary import render_markdown
+    from neuron_mlflow.trace_reader import TraceFormatError
+    from neuron_mlflow.trace_summary import summarize_trace
+
+    path = Path(args.path)
+    if not path.is_file():
+        print(f"neuron-mlflow summarize: no such file: {path}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = summarize_trace(path)
+    except TraceFormatError as exc:
+        print(f"neuron-mlflow summarize: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    summary = result.summary
+    shown = replace(summary, ops=summary.ops[: args.top])
+    print(render_markdown(shown, title=str(path)), end="")
+    if result.rank is not None:
+        print(f"- Rank (distributedInfo): {result.rank}")
+    if result.device_events:
+        busy = result.device_busy_pct
+        print(
+            f"- Device events: {result.device_events}, unattributed: "
+            f"{result.unattributed_device_events}"
+        )
+        if busy is not None:
+            print(f"- Device busy: {busy:.1f} % of the device span")
+        top = sorted(result.kernels.items(), key=lambda kv: -kv[1])[:5]
+        print(
+            "- Top device kernels (window total): "
+            + "; ".join(f"{name} {us:.1f} us" for name, us in top)
+        )
+    return EXIT_OK
 
 
 def _download(args: argparse.Namespace) -> int:
@@ -237,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _compare(args)
     if args.verb == "download":
         return _download(args)
+    if args.verb == "summarize":
+        return _summarize(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown verbs
 
 

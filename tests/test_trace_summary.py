@@ -1,0 +1,139 @@
+"""The trace engine: streaming reader and per-op summaries from trace files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from neuron_mlflow.capture import read_profile
+from neuron_mlflow.cli import main
+from neuron_mlflow.trace_reader import TraceFormatError, TraceStream
+from neuron_mlflow.trace_summary import summarize_trace
+from tests.helpers import ROOT, inputs, rmsnorm_naive
+
+REAL = sorted((ROOT.parent / "shared" / "traces").glob("*.json.gz"))
+
+
+def test_real_traces_are_present() -> None:
+    assert len(REAL) == 5
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_streaming_reads_every_event_and_the_metadata(path: Path) -> None:
+    whole = json.loads(gzip.decompress(path.read_bytes()))
+    stream = TraceStream(path)
+    events = list(stream)
+    assert len(events) == len(whole["traceEvents"])
+    assert events[0] == whole["traceEvents"][0] and events[-1] == whole["traceEvents"][-1]
+    assert stream.metadata == {k: v for k, v in whole.items() if k != "traceEvents"}
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_real_traces_give_plausible_summaries(path: Path) -> None:
+    result = summarize_trace(path)
+    s = result.summary
+    assert s.cpu_time_us > 0 and s.op_calls > 0 and s.wall_time_us > 0
+    assert abs(sum(op.cpu_pct for op in s.ops) - 100.0) < 1e-6
+    attributed = result.device_events - result.unattributed_device_events
+    assert 0 <= attributed <= result.device_events
+    if s.device_time_us is not None:
+        assert s.device_label == "CUDA"
+        assert s.device_time_us == pytest.approx(sum(result.kernels.values()) / s.steps)
+        assert 0 < result.device_busy_pct <= 100
+
+
+def test_real_trace_facts() -> None:
+    by_name = {p.name: summarize_trace(p) for p in REAL}
+    assert by_name["cpu_only_rank34.json.gz"].rank == 34
+    assert by_name["cpu_only_rank34.json.gz"].summary.device_time_us is None
+    rocm = by_name["rocm_mi250_minitoy_train.json.gz"]
+    assert rocm.summary.steps == 2 and rocm.unattributed_device_events == 0
+    assert rocm.device_events == 16
+    sampled = by_name["cuda_sampled_rank0.json.gz"]
+    assert sampled.unattributed_device_events == 0 and sampled.device_events == 1204
+    counters = by_name["cuda_cupti_counters.json.gz"]
+    assert counters.device_events == counters.unattributed_device_events == 77
+
+
+def test_agrees_with_key_averages_on_a_live_cpu_profile(tmp_path) -> None:
+    x, w = inputs(64)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    seen = {}
+
+    def ready(prof) -> None:
+        seen["stats"] = read_profile(prof)
+        seen["avg"] = {a.key: a for a in prof.key_averages()}
+        prof.export_chrome_trace(str(tmp_path / "live.json"))
+
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=3),
+        on_trace_ready=ready,
+    ) as prof:
+        for _ in range(4):
+            with record_function("forward"):
+                model(rmsnorm_naive(x, w)).sum().backward()
+            prof.step()
+    result = summarize_trace(tmp_path / "live.json")
+    live = seen["stats"]
+    total = sum(op.self_cpu_us for op in live.cpu_ops)
+    ours = {op.name: op for op in result.summary.ops}
+    checked = 0
+    for op in live.cpu_ops:
+        if op.self_cpu_us < 0.01 * total:
+            continue
+        checked += 1
+        per_step = op.self_cpu_us / 3
+        assert ours[op.name].self_cpu_us == pytest.approx(per_step, rel=0.02), op.name
+    assert checked >= 5
+    assert result.summary.steps == 3
+    assert result.summary.op_calls == live.top_level_calls / 3
+
+
+def test_truncated_file_names_the_file_and_offset(tmp_path, capsys) -> None:
+    text = gzip.decompress(REAL[-1].read_bytes()).decode()
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: len(text) // 2])
+    with pytest.raises(TraceFormatError, match=r"cut\.json: .* at offset \d+"):
+        summarize_trace(cut)
+    assert main(["summarize", str(cut)]) == 2
+    assert "cut.json" in capsys.readouterr().err
+
+
+def test_tolerates_odd_but_valid_events(tmp_path) -> None:
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 5, "dur": 4},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mul",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10.5,
+            "dur": 2.25,
+        },
+        {"ph": "s", "cat": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 11},
+        {"ph": "C", "name": "counter", "pid": 1, "ts": 12, "args": {"v": 1}},
+        {"ph": "i", "name": "instant", "pid": 1, "ts": 13},
+        {"ph": "X", "cat": "cpu_op", "name": "no-args", "pid": 1, "tid": 2, "ts": 20, "dur": 1},
+    ]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(events))  # a bare array of events is a valid trace too
+    s = summarize_trace(path).summary
+    assert {op.name for op in s.ops} == {"aten::add", "aten::mul", "no-args"}
+    assert s.op_calls == 3 and s.device_time_us is None
+
+
+def test_summarize_command_prints_the_table(capsys) -> None:
+    path = next(p for p in REAL if p.name.startswith("rocm"))
+    assert main(["summarize", str(path), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| Name | Calls | Self CPU | Self CUDA | CUDA % |" in out
+    assert "Device events: 16, unattributed: 0" in out and "Device busy:" in out
+    assert main(["summarize", "/nowhere.json"]) == 2
