@@ -12,8 +12,8 @@ import pytest
 from mlflow import MlflowClient
 
 import neuron_mlflow as nm
-from neuron_mlflow.backends.neuron import device_time_from_trace
 from neuron_mlflow.cli import main
+from neuron_mlflow.trace_summary import summarize_trace
 from tests.helpers import ROOT, artifact_files, run_python
 
 DOUBLE = ROOT / "tests" / "neuron_double"
@@ -201,9 +201,12 @@ def test_trace_attribution_innermost_op_and_unknown_correlation(tmp_path) -> Non
     }
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(trace))
-    per_op, per_kernel = device_time_from_trace(path)
+    result = summarize_trace(path)
+    per_op = {op.name: op.self_device_us for op in result.summary.ops}
     assert per_op == {"aten::addmm": 70.0, "aten::linear": 5.0}
-    assert per_kernel == {"gemm": 70.0, "bias": 5.0, "orphan": 3.0}
+    assert result.kernels == {"gemm": 70.0, "bias": 5.0, "orphan": 3.0}
+    assert result.unattributed_device_events == 1
+    assert result.summary.device_label == "NEURON"
 
 
 def test_download_fetches_the_tree_and_prints_neuron_explorer_commands(

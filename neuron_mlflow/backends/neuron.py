@@ -10,7 +10,8 @@ and only the options the user set) and ``on_trace_ready=NeuronProfiler(cfg).expo
 
 Device time comes from ``key_averages()``; when every device time there is zero, from the
 ``privateuse1_driver`` events of the window's ``trace.json`` linked to operators through
-their ``privateuse1_runtime`` calls (``args.correlation``).
+their ``privateuse1_runtime`` calls (``args.correlation``), read by the trace engine
+(:func:`neuron_mlflow.trace_summary.summarize_trace`).
 
 Example:
     >>> NeuronBackend.name, NeuronBackend.device_label
@@ -19,9 +20,7 @@ Example:
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import json
 import logging
 import os
 from collections import defaultdict
@@ -54,66 +53,6 @@ PROFILE_ENVIRONMENT = (
     "NEURON_RT_VISIBLE_CORES",
     "NEURON_RT_VIRTUAL_CORE_SIZE",
 )
-RUNTIME_CATEGORY = "privateuse1_runtime"
-DEVICE_CATEGORY = "privateuse1_driver"
-
-
-def device_time_from_trace(path: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """Device time per operator and per device event name from a framework ``trace.json``.
-
-    A device event (``privateuse1_driver``) is attributed, through its ``args.correlation``,
-    to the runtime call (``privateuse1_runtime``) that launched it, and that call to the
-    innermost ``cpu_op`` enclosing it on the same thread.
-
-    Returns:
-        ``(per_op, per_kernel)``: microseconds summed over the window.
-
-    Example:
-        >>> import json, tempfile
-        >>> path = Path(tempfile.mkdtemp()) / "trace.json"
-        >>> _ = path.write_text(json.dumps({"traceEvents": [
-        ...     {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1,
-        ...      "ts": 0, "dur": 10},
-        ...     {"ph": "X", "cat": "privateuse1_runtime", "name": "launch", "pid": 1, "tid": 1,
-        ...      "ts": 2, "dur": 1, "args": {"correlation": 5}},
-        ...     {"ph": "X", "cat": "privateuse1_driver", "name": "k", "pid": 9, "tid": 0,
-        ...      "ts": 3, "dur": 40, "args": {"correlation": 5}}]}))
-        >>> device_time_from_trace(path)
-        ({'aten::mul': 40.0}, {'k': 40.0})
-    """
-    events = json.loads(path.read_text(encoding="utf-8")).get("traceEvents", [])
-    ops: dict[tuple[Any, Any], list[tuple[float, float, str]]] = defaultdict(list)
-    launches: dict[Any, tuple[Any, Any, float]] = {}
-    device: list[tuple[Any, str, float]] = []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        cat = e.get("cat")
-        ts, dur = float(e.get("ts", 0)), float(e.get("dur", 0))
-        if cat == "cpu_op":
-            ops[(e.get("pid"), e.get("tid"))].append((ts, ts + dur, e["name"]))
-        elif cat == RUNTIME_CATEGORY:
-            launches[(e.get("args") or {}).get("correlation")] = (e.get("pid"), e.get("tid"), ts)
-        elif cat == DEVICE_CATEGORY:
-            device.append(((e.get("args") or {}).get("correlation"), e.get("name", "?"), dur))
-    for intervals in ops.values():
-        intervals.sort()
-    starts = {key: [i[0] for i in intervals] for key, intervals in ops.items()}
-    per_op: dict[str, float] = defaultdict(float)
-    per_kernel: dict[str, float] = defaultdict(float)
-    for correlation, name, dur in device:
-        per_kernel[name] += dur
-        launch = launches.get(correlation)
-        if launch is None:
-            continue
-        pid, tid, ts = launch
-        intervals = ops.get((pid, tid), [])
-        i = bisect.bisect_right(starts.get((pid, tid), []), ts) - 1
-        while i >= 0 and intervals[i][1] < ts:
-            i -= 1  # step back out of ops that ended before the launch
-        if i >= 0:
-            per_op[intervals[i][2]] += dur
-    return dict(per_op), dict(per_kernel)
 
 
 class NeuronBackend(Backend):
@@ -218,13 +157,15 @@ class NeuronBackend(Backend):
         rows = stats.device_rows or stats.cpu_ops
         if any((row.self_device_us or 0.0) > 0 for row in rows):
             return stats, "key_averages"
+        from neuron_mlflow.trace_summary import summarize_trace
+
         per_op: dict[str, float] = defaultdict(float)
         per_kernel: dict[str, float] = defaultdict(float)
         for trace in sorted(trace_dir.rglob("trace.json")):
-            ops, kernels = device_time_from_trace(trace)
-            for name, us in ops.items():
-                per_op[name] += us
-            for name, us in kernels.items():
+            result = summarize_trace(trace, self.device_label)
+            for op in result.summary.ops:  # back from per step to window totals
+                per_op[op.name] += (op.self_device_us or 0.0) * result.summary.steps
+            for name, us in result.kernels.items():
                 per_kernel[name] += us
         if not per_kernel:
             return stats, "none"
