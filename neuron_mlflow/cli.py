@@ -2,7 +2,7 @@
 
 Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs), ``download``
 (fetch a window's traces and print the commands that open them), ``summarize`` (the op
-summary of a trace file, without MLflow).
+summary of a trace file, without MLflow), ``ingest`` (trace files into MLflow).
 Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
 ``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics).
 Results go to stdout, diagnostics to stderr.
@@ -117,6 +117,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     summarize.add_argument("path", metavar="PATH")
     summarize.add_argument("--top", type=int, default=30, metavar="N", help="ops shown (30)")
+    ingest = verbs.add_parser(
+        "ingest",
+        help="log trace files (or folders of them) into MLflow like a live window",
+        description=(
+            "Summarise trace files (a file, or a folder searched for .json/.json.gz traces, one "
+            "per rank; the rank from the file's distributedInfo when present) and log them "
+            "with the same metrics and artifacts as a live window, the files included. "
+            "Exit 2 for bad input, 1 when MLflow cannot be reached (the window stays in the "
+            "spool for `neuron-mlflow sync`)."
+        ),
+    )
+    ingest.add_argument("paths", nargs="+", metavar="PATH")
+    target = ingest.add_mutually_exclusive_group()
+    target.add_argument("--run-id", metavar="R", help="log into this run")
+    target.add_argument("--experiment", metavar="E", help="create the run in this experiment")
+    ingest.add_argument("--prefix", default="profile", metavar="P", help="metric prefix")
+    ingest.add_argument("--local-dir", default=None, help="spool folder")
     return parser
 
 
@@ -154,6 +171,33 @@ def _summarize(args: argparse.Namespace) -> int:
             "- Top device kernels (window total): "
             + "; ".join(f"{name} {us:.1f} us" for name, us in top)
         )
+    return EXIT_OK
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from neuron_mlflow.ingest import IngestError, ingest
+    from neuron_mlflow.trace_reader import TraceFormatError
+
+    local_dir = Path(args.local_dir or ProfilerConfig().local_dir)
+    try:
+        ProfilerConfig(metric_prefix=args.prefix)
+        run_id, record, ranks = ingest(
+            [Path(p) for p in args.paths], args.run_id, args.experiment, args.prefix, local_dir
+        )
+    except (IngestError, TraceFormatError, ValueError) as exc:
+        print(f"neuron-mlflow ingest: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectionError as exc:
+        print(f"neuron-mlflow ingest: {exc}; nothing was logged", file=sys.stderr)
+        return EXIT_FAILURE
+    for rank, (path, result) in ranks.items():
+        print(
+            f"rank {rank}: {path} ({result.device_events} device events, "
+            f"{result.unattributed_device_events} unattributed)"
+        )
+    print(f"logged {record.artifact_path} into run {run_id} at {current_tracking_uri()}")
     return EXIT_OK
 
 
@@ -289,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _download(args)
     if args.verb == "summarize":
         return _summarize(args)
+    if args.verb == "ingest":
+        return _ingest(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown verbs
 
 

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -37,10 +36,10 @@ from neuron_mlflow.backends import resolve_backend
 from neuron_mlflow.capture import CALL_MARKER_PREFIX, CapturedStats, read_profile
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.environment import environment_tags, rank_and_world_size
-from neuron_mlflow.naming import op_keys, trace_folder, window_artifact_path, window_metrics
+from neuron_mlflow.naming import trace_folder, window_artifact_path, window_metrics
 from neuron_mlflow.schedule import Action, Window, action_at, next_window_start, window_at
-from neuron_mlflow.spool import Spool, WindowRecord
-from neuron_mlflow.summary import OpSummary, build_summary, render_csv, render_markdown
+from neuron_mlflow.spool import Spool, WindowRecord, write_summary_files
+from neuron_mlflow.summary import OpSummary, build_summary
 
 if TYPE_CHECKING:
     import torch.profiler
@@ -403,7 +402,6 @@ class ProfilingSession:
         if device_time_source is not None:
             tags["neuron_mlflow.device_time_source"] = device_time_source
         metric_step = last if self._metric_step is None else self._metric_step()
-        keys = op_keys(op.name for op in summary.ops)
         metrics = window_metrics(summary, self.prefix, self.config.top_k)
         params = {f"{self.prefix}/config/{k}": v for k, v in self.config.flat_params().items()}
         errors = [*capture.errors, *([error] if error else [])]
@@ -427,26 +425,14 @@ class ProfilingSession:
         shutil.rmtree(artifacts)
         os.replace(capture.staging / "artifacts", artifacts)
         shutil.rmtree(capture.staging, ignore_errors=True)
-        (artifacts / "summary.md").write_text(
-            render_markdown(summary, title=f"{self.prefix}: steps {first}-{last}"),
-            encoding="utf-8",
-        )
         document = {
             "prefix": self.prefix,
             "window": record.manifest["window"],
-            "summary": summary.to_dict(),
             "config": self.config.model_dump(mode="json"),
             "environment": tags,
             "errors": errors,
         }
-        (artifacts / "summary.json").write_text(
-            json.dumps(document, indent=2, default=str), encoding="utf-8"
-        )
-        (artifacts / "ops.csv").write_text(render_csv(summary, keys), encoding="utf-8")
-        (artifacts / "op_keys.json").write_text(
-            json.dumps({key: name for name, key in keys.items()}, indent=2, sort_keys=True),
-            encoding="utf-8",
-        )
+        write_summary_files(artifacts, summary, f"{self.prefix}: steps {first}-{last}", document)
         self.summary = summary
         record.update(status=status)
         return record

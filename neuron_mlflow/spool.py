@@ -168,3 +168,34 @@ class Spool:
                 continue
             if not statuses or manifest.get("status") in statuses:
                 yield WindowRecord(path=manifest_path.parent, manifest=manifest)
+
+
+def write_summary_files(
+    artifacts: Path, summary: Any, title: str, document: dict[str, Any]
+) -> dict[str, str]:
+    """Write a window's ``summary.md``, ``summary.json``, ``ops.csv`` and ``op_keys.json``.
+
+    Args:
+        artifacts: the window's artifact folder.
+        summary: its :class:`~neuron_mlflow.summary.OpSummary`.
+        title: the Markdown table's title.
+        document: more top-level entries of ``summary.json`` (window, config, environment...).
+
+    Returns:
+        The op keys (op name to metric key).
+    """
+    from neuron_mlflow.naming import op_keys
+    from neuron_mlflow.summary import render_csv, render_markdown
+
+    keys = op_keys(op.name for op in summary.ops)
+    (artifacts / "summary.md").write_text(render_markdown(summary, title=title), encoding="utf-8")
+    full = {**document, "summary": summary.to_dict()}
+    (artifacts / "summary.json").write_text(
+        json.dumps(full, indent=2, default=str), encoding="utf-8"
+    )
+    (artifacts / "ops.csv").write_text(render_csv(summary, keys), encoding="utf-8")
+    (artifacts / "op_keys.json").write_text(
+        json.dumps({key: name for name, key in keys.items()}, indent=2, sort_keys=True),
+        encoding="utf-8",
+    )
+    return keys

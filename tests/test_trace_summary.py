@@ -90,7 +90,7 @@ def test_agrees_with_key_averages_on_a_live_cpu_profile(tmp_path) -> None:
         checked += 1
         per_step = op.self_cpu_us / 3
         assert ours[op.name].self_cpu_us == pytest.approx(per_step, rel=0.02), op.name
-    assert checked >= 5
+    assert checked >= 3
     assert result.summary.steps == 3
     assert result.summary.op_calls == live.top_level_calls / 3
 
@@ -137,3 +137,66 @@ def test_summarize_command_prints_the_table(capsys) -> None:
     assert "| Name | Calls | Self CPU | Self CUDA | CUDA % |" in out
     assert "Device events: 16, unattributed: 0" in out and "Device busy:" in out
     assert main(["summarize", "/nowhere.json"]) == 2
+
+
+def test_ingest_a_folder_of_ranks(tmp_path, capsys) -> None:
+    import shutil
+
+    from mlflow import MlflowClient
+
+    from tests.helpers import artifact_files
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for path in REAL:
+        shutil.copy(path, folder / path.name)
+    (folder / "notes.json").write_text('{"not": "a trace"}')
+    assert main(["ingest", str(folder), "--experiment", "ingested"]) == 0
+    out = capsys.readouterr().out
+    run_id = out.strip().splitlines()[-1].split(" into run ")[1].split()[0]
+    run = MlflowClient().get_run(run_id)
+    assert MlflowClient().get_experiment(run.info.experiment_id).name == "ingested"
+    metrics = run.data.metrics
+    # rank 34 from its distributedInfo; rank 0 is the AlexNet trace (first file saying 0)
+    alexnet = summarize_trace(folder / "cuda_alexnet_benchmark.json.gz").summary
+    assert metrics["profile/op_calls"] == alexnet.op_calls
+    assert metrics["profile/device_time_us"] == pytest.approx(alexnet.device_time_us)
+    assert 0 < metrics["profile/device_busy_pct"] <= 100
+    assert metrics["profile/rank/34/cpu_time_us"] > 0
+    assert metrics["profile/rank/0/device_time_us"] == pytest.approx(alexnet.device_time_us)
+    assert {k.split("/")[2] for k in metrics if k.startswith("profile/rank/")} == {
+        "0",
+        "1",
+        "2",
+        "3",
+        "34",
+    }
+    assert "unattributed" in out
+    files = artifact_files(run_id)
+    window = "profile/step_000000-000000"
+    assert f"{window}/summary.json" in files and f"{window}/ops.csv" in files
+    local = MlflowClient().download_artifacts(
+        run_id, f"{window}/traces/rank_34/cpu_only_rank34.json.gz", str(tmp_path / "d")
+    )
+    assert Path(local).read_bytes() == (folder / "cpu_only_rank34.json.gz").read_bytes()
+    assert not any("notes.json" in f for f in files)
+
+
+def test_ingest_into_an_existing_run_with_a_prefix(tmp_path, capsys) -> None:
+    from mlflow import MlflowClient
+
+    run_id = MlflowClient().create_run("0").info.run_id
+    rocm = next(p for p in REAL if p.name.startswith("rocm"))
+    assert main(["ingest", str(rocm), "--run-id", run_id, "--prefix", "ingest/rocm"]) == 0
+    metrics = MlflowClient().get_run(run_id).data.metrics
+    assert metrics["ingest/rocm/steps"] == 2
+    assert "ingest/rocm/op/aten.addmm/self_device_us" in metrics
+    capsys.readouterr()
+    assert main(["ingest", str(rocm), "--run-id", "0" * 32]) == 2
+    assert "was not found" in capsys.readouterr().err
+    assert main(["ingest", str(tmp_path / "missing.json")]) == 2
+    assert main(["ingest", str(rocm), "--prefix", "bad prefix"]) == 2
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"traceEvents": [{"ph": "X", "name": "a"}, {"ph": ')
+    assert main(["ingest", str(cut)]) == 2
+    assert "cut.json" in capsys.readouterr().err
