@@ -30,6 +30,7 @@ from neuron_mlflow.errors import NeuronMlflowError
 
 CHUNK_CHARS = 1 << 20
 _SPACE = re.compile(r"[\s]*")
+_SEPARATOR = re.compile(r"\s*([,\]])\s*")
 _DECODER = json.JSONDecoder()
 
 
@@ -120,10 +121,22 @@ class TraceStream:
         if self._peek() == "]":
             self._pos += 1
             return
-        while True:
-            event = self._value()
+        decode, separator = _DECODER.raw_decode, _SEPARATOR.match
+        while True:  # the buffer position is at the next event's first character
+            try:  # fast path: decode straight from the buffer
+                event, end = decode(self._text, self._pos)
+            except json.JSONDecodeError:
+                event = self._value()  # slow path: refills the buffer, or reports the error
+                end = self._pos
             if isinstance(event, dict):
                 yield event
+            found = separator(self._text, end)
+            if found is not None and found.end() < len(self._text):
+                self._pos = found.end()
+                if found.group(1) == "]":
+                    return
+                continue
+            self._pos = end
             char = self._peek()
             self._pos += 1
             if char == "]":

@@ -128,6 +128,12 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
         if event.get("ph") != "X":
             continue
         cat = event.get("cat")
+        if (
+            cat not in OP_CATEGORIES
+            and cat not in RUNTIME_CATEGORIES
+            and (cat not in DEVICE_CATEGORIES)
+        ):
+            continue
         try:
             ts = float(event.get("ts", 0))
             dur = float(event.get("dur", 0))

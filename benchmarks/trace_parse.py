@@ -1,0 +1,188 @@
+"""Benchmark: the trace engine vs HolisticTraceAnalysis parsing the same files.
+
+Side by side in one invocation, each parse in its own fresh process (so peak memory is that
+parse's own): neuron-mlflow's ``summarize_trace`` (streaming read + summary) and HTA's
+``parse_trace_dataframe`` (its parser into a DataFrame, default backend), on the real traces
+in ``../shared/traces`` and on generated Kineto-like traces of growing size (CPU ops, runtime
+calls and kernels linked by correlation ids). Reports wall seconds, peak RSS (MB) and ratios.
+
+Needs HTA: ``.venv/bin/pip install holistictraceanalysis`` (a benchmark-only dependency).
+Run:  .venv/bin/python benchmarks/trace_parse.py [--sizes-mb 50,200,500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+REAL = sorted((ROOT.parent / "shared" / "traces").glob("*.json.gz"))
+
+
+def generate(path: Path, size_mb: int) -> int:
+    """Write a Kineto-like trace of about ``size_mb`` MB; return its event count."""
+    target = size_mb * 1_000_000
+    written = 0
+    events = 0
+    with path.open("w", encoding="utf-8") as out:
+        out.write('{"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": [\n')
+        ts = 1_000_000.0
+        step = 0
+        first = True
+        while written < target:
+            out.write("" if first else ",\n")
+            first = False
+            lines = [
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{step}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": ts,
+                    "dur": 1000.0,
+                    "args": {},
+                },
+            ]
+            t = ts + 1.0
+            for i in range(40):
+                corr = step * 100 + i
+                lines += [
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": f"aten::op_{i % 12}",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": t,
+                        "dur": 20.0,
+                        "args": {"External id": corr, "Sequence number": corr, "Fwd thread id": 0},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::empty",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": t + 1.0,
+                        "dur": 2.0,
+                        "args": {"External id": corr},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernel",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": t + 5.0,
+                        "dur": 4.0,
+                        "args": {"External id": corr, "correlation": corr},
+                    },
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": f"void kernel_{i % 12}<float>()",
+                        "pid": 0,
+                        "tid": 7,
+                        "ts": t + 10.0,
+                        "dur": 15.0,
+                        "args": {
+                            "correlation": corr,
+                            "device": 0,
+                            "stream": 7,
+                            "grid": [1, 1, 1],
+                            "block": [128, 1, 1],
+                        },
+                    },
+                    {
+                        "ph": "f",
+                        "cat": "ac2g",
+                        "id": corr,
+                        "pid": 0,
+                        "tid": 7,
+                        "ts": t + 10.0,
+                        "bp": "e",
+                        "name": "ac2g",
+                    },
+                ]
+                t += 24.0
+            text = ",\n".join(json.dumps(e) for e in lines)
+            out.write(text)
+            written += len(text)
+            events += len(lines)
+            ts += 1001.0
+            step += 1
+        out.write("\n]}\n")
+    return events
+
+
+def worker(kind: str, path: str) -> None:
+    start = time.perf_counter()
+    if kind == "neuron-mlflow":
+        from neuron_mlflow.trace_summary import summarize_trace
+
+        summarize_trace(path)
+    else:
+        import logging
+
+        logging.disable(logging.CRITICAL)
+        from hta.common.trace_parser import parse_trace_dataframe
+        from hta.configs.parser_config import ParserConfig
+
+        parse_trace_dataframe(path, ParserConfig())
+    seconds = time.perf_counter() - start
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb}))
+
+
+def measure(kind: str, path: Path) -> dict:
+    out = (
+        subprocess.run(
+            [sys.executable, __file__, "--worker", kind, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    return json.loads(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes-mb", default="50,200,500")
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(*args.worker)
+        return
+    work = Path(tempfile.mkdtemp())
+    files: list[tuple[str, Path]] = [(p.name, p) for p in REAL]
+    for size in (int(s) for s in args.sizes_mb.split(",") if s):
+        path = work / f"generated_{size}mb.json"
+        events = generate(path, size)
+        files.append((f"generated {path.stat().st_size / 1e6:.0f} MB ({events:,} events)", path))
+    print(
+        "| trace | neuron-mlflow s | HTA s | speed-up | neuron-mlflow peak MB "
+        "| HTA peak MB | memory ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, path in files:
+        ours, theirs = measure("neuron-mlflow", path), measure("hta", path)
+        print(
+            f"| {name} | {ours['seconds']:.2f} | {theirs['seconds']:.2f} "
+            f"| {theirs['seconds'] / ours['seconds']:.1f}x | {ours['peak_mb']:.0f} "
+            f"| {theirs['peak_mb']:.0f} | {ours['peak_mb'] / theirs['peak_mb']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
