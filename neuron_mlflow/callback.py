@@ -112,6 +112,8 @@ class NeuronProfilerCallback(Callback):
             STAGES, math.inf if first is None else first
         )
         self._checked: set[str] = set()
+        self._train_step = 0
+        self._optimizer_steps = 0
 
     # -- run and sessions ---------------------------------------------------------------
 
@@ -306,6 +308,10 @@ class NeuronProfilerCallback(Callback):
             self._run = trainer.strategy.broadcast(payload, src=0)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Optimizer steps are counted here (on_before_optimizer_step), not read back from
+        # trainer.global_step at every batch: that keeps the hooks cheap outside a window.
+        self._train_step = trainer.global_step
+        self._optimizer_steps = 0
         self._check_plan(
             "train",
             trainer.estimated_stepping_batches,
@@ -318,7 +324,12 @@ class NeuronProfilerCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self._open_step["train"] is None and "train" in self.stages:
-            self._begin(trainer, "train", trainer.global_step)
+            self._begin(trainer, "train", self._train_step)
+
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: Any
+    ) -> None:
+        self._optimizer_steps += 1
 
     def on_train_batch_end(
         self,
@@ -328,9 +339,10 @@ class NeuronProfilerCallback(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        step = self._open_step["train"]
-        if step is not None and trainer.global_step != step:  # the optimizer stepped
-            self._end(trainer, "train", trainer.global_step)
+        if self._optimizer_steps:  # the optimizer stepped: this batch ends a train step
+            self._train_step += self._optimizer_steps
+            self._optimizer_steps = 0
+            self._end(trainer, "train", self._train_step)  # = trainer.global_step
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         open_step = self._open_step["train"]
