@@ -190,7 +190,7 @@ def _ingest(args: argparse.Namespace) -> int:
         print(f"neuron-mlflow ingest: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ConnectionError as exc:
-        print(f"neuron-mlflow ingest: {exc}; nothing was logged", file=sys.stderr)
+        print(f"neuron-mlflow ingest: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     for rank, (path, result) in ranks.items():
         print(

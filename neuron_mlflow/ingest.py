@@ -154,18 +154,30 @@ def ingest(
 ) -> tuple[str, WindowRecord, dict[int, tuple[Path, TraceResult]]]:
     """Spool the traces as one window and log it into ``run_id`` (or a new run).
 
+    The window is written to the spool first, so it survives an unreachable server.
+
     Raises:
         IngestError: no traces, or ``run_id`` does not exist.
         TraceFormatError: a trace is truncated or malformed.
+        ConnectionError: the tracking server cannot be reached (the window stays pending).
     """
     from neuron_mlflow.mlflow_sink import MlflowSink
 
     files = find_traces(paths)
-    sink = MlflowSink()
-    sink.check_reachable()
-    if run_id is not None and not sink.run_exists(run_id):
-        raise IngestError(f"run {run_id!r} was not found at {sink.tracking_uri}")
     record, ranks = spool_traces(files, prefix, local_dir, top_k)
+    sink = MlflowSink()
+    try:
+        sink.check_reachable()
+    except ConnectionError as exc:
+        raise ConnectionError(
+            f"{exc}; the window is kept at {record.path} (pending): "
+            "`neuron-mlflow sync` uploads it later"
+        ) from exc
+    if run_id is not None and not sink.run_exists(run_id):
+        raise IngestError(
+            f"run {run_id!r} was not found at {sink.tracking_uri} "
+            f"(the window stays in the spool at {record.path})"
+        )
     target = run_id or sink.create_run(experiment, run_name="ingest", tags=record.manifest["tags"])
     sink.upload(record, target)
     return target, record, ranks

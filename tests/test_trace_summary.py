@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,18 @@ def test_ingest_into_an_existing_run_with_a_prefix(tmp_path, capsys) -> None:
     cut.write_text('{"traceEvents": [{"ph": "X", "name": "a"}, {"ph": ')
     assert main(["ingest", str(cut)]) == 2
     assert "cut.json" in capsys.readouterr().err
+
+
+def test_ingest_with_the_server_down_keeps_the_window_for_sync(tmp_path, monkeypatch, capsys):
+    from tests.conftest import free_port
+    from tests.helpers import metrics
+
+    rocm = next(p for p in REAL if p.name.startswith("rocm"))
+    good_uri = os.environ["MLFLOW_TRACKING_URI"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
+    assert main(["ingest", str(rocm), "--local-dir", str(tmp_path / "spool")]) == 1
+    assert "(pending)" in capsys.readouterr().err
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", good_uri)
+    assert main(["sync", "--local-dir", str(tmp_path / "spool")]) == 0
+    run_id = capsys.readouterr().out.split("-> run ")[1].split()[0]
+    assert metrics(run_id)["profile/steps"] == 2
