@@ -3,7 +3,7 @@
 Side by side in one invocation, each parse in its own fresh process (so peak memory is that
 parse's own): neuron-mlflow's ``summarize_trace`` (streaming read + summary) and HTA's
 ``parse_trace_dataframe`` (its parser into a DataFrame, default backend), on the real traces
-in ``../shared/traces`` and on generated Kineto-like traces of growing size (CPU ops, runtime
+in ``tests/data/traces`` and on generated Kineto-like traces of growing size (CPU ops, runtime
 calls and kernels linked by correlation ids). Reports wall seconds, peak RSS (MB) and ratios.
 
 Needs HTA: ``.venv/bin/pip install holistictraceanalysis`` (a benchmark-only dependency).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-REAL = sorted((ROOT.parent / "shared" / "traces").glob("*.json.gz"))
+REAL = sorted((ROOT / "tests" / "data" / "traces").glob("*.json.gz"))
 
 
 def generate(path: Path, size_mb: int) -> int:

@@ -17,7 +17,7 @@ from neuron_mlflow.trace_reader import TraceFormatError, TraceStream
 from neuron_mlflow.trace_summary import summarize_trace
 from tests.helpers import ROOT, inputs, rmsnorm_naive
 
-REAL = sorted((ROOT.parent / "shared" / "traces").glob("*.json.gz"))
+REAL = sorted((ROOT / "tests" / "data" / "traces").glob("*.json.gz"))
 
 
 def test_real_traces_are_present() -> None:
