@@ -32,9 +32,7 @@ Example:
 
 from __future__ import annotations
 
-import bisect
 from array import array
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,27 +86,49 @@ class _Thread:
         self.names = array("l")
 
 
-def _busy_pct(intervals: list[tuple[float, float]]) -> float | None:
-    if not intervals:
+def _busy_pct(starts: Any, ends: Any) -> float | None:
+    """Busy share (%) of the span from the first start to the last end (union of intervals)."""
+    import numpy as np
+
+    if len(starts) == 0:
         return None
-    intervals.sort()
-    busy, span_start = 0.0, intervals[0][0]
-    cur_start, cur_end = intervals[0]
-    span_end = cur_end
-    for start, end in intervals[1:]:
-        span_end = max(span_end, end)
-        if start > cur_end:
-            busy += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    busy += cur_end - cur_start
-    span = span_end - span_start
-    return 100.0 * busy / span if span > 0 else 100.0
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    running = np.maximum.accumulate(ends)
+    previous = np.concatenate(([-np.inf], running[:-1]))
+    busy = np.maximum(0.0, running - np.maximum(starts, previous)).sum()
+    span = running[-1] - starts[0]
+    return float(100.0 * busy / span) if span > 0 else 100.0
+
+
+def _parents(starts: Any, ends: Any) -> Any:
+    """Index of each interval's innermost enclosing interval (-1: top level); sorted input."""
+    import numpy as np
+
+    parent = np.full(len(starts), -1, dtype=np.int64)
+    stack: list[tuple[float, int]] = []
+    chunk = 1 << 16
+    for base in range(0, len(starts), chunk):  # bounded temporary lists
+        for offset, (start, end) in enumerate(
+            zip(
+                starts[base : base + chunk].tolist(),
+                ends[base : base + chunk].tolist(),
+                strict=True,
+            )
+        ):
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if stack:
+                parent[base + offset] = stack[-1][1]
+            stack.append((end, base + offset))
+    return parent
 
 
 def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceResult:
     """Summarise one trace file.
+
+    Memory stays small: operator intervals, runtime launches and device events are kept in
+    typed arrays (about 24-32 bytes each), never as Python objects per event.
 
     Args:
         path: ``.json`` or ``.json.gz`` Chrome/Kineto trace.
@@ -117,11 +137,14 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
     Raises:
         TraceFormatError: the file is truncated or malformed.
     """
+    import numpy as np
+
     stream = TraceStream(path)
     names: dict[str, int] = {}
-    threads: dict[tuple[Any, Any], _Thread] = defaultdict(_Thread)
-    launches: dict[Any, tuple[Any, Any, float]] = {}
-    device: list[tuple[Any, int, float, float]] = []
+    thread_ids: dict[tuple[Any, Any], int] = {}
+    threads: list[_Thread] = []
+    launch_corr, launch_thread, launch_ts = array("q"), array("q"), array("d")
+    dev_corr, dev_name, dev_ts, dev_dur = array("q"), array("q"), array("d"), array("d")
     labels: set[str] = set()
     step_durs: list[float] = []
     for event in stream:
@@ -145,78 +168,114 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
                 if cat == "user_annotation":
                     step_durs.append(dur)
                 continue
-            thread = threads[(event.get("pid"), event.get("tid"))]
+            key = (event.get("pid"), event.get("tid"))
+            index = thread_ids.get(key)
+            if index is None:
+                index = thread_ids[key] = len(threads)
+                threads.append(_Thread())
+            thread = threads[index]
             thread.starts.append(ts)
             thread.durs.append(dur)
             thread.names.append(names.setdefault(name, len(names)))
         elif cat in RUNTIME_CATEGORIES:
             correlation = (event.get("args") or {}).get("correlation")
-            if correlation is not None:
-                launches[correlation] = (event.get("pid"), event.get("tid"), ts)
+            key = (event.get("pid"), event.get("tid"))
+            if isinstance(correlation, int) and key in thread_ids:
+                launch_corr.append(correlation)
+                launch_thread.append(thread_ids[key])
+                launch_ts.append(ts)
+            elif isinstance(correlation, int):  # thread seen later: resolve after the pass
+                index = thread_ids.setdefault(key, len(threads))
+                if index == len(threads):
+                    threads.append(_Thread())
+                launch_corr.append(correlation)
+                launch_thread.append(index)
+                launch_ts.append(ts)
         elif cat in DEVICE_CATEGORIES:
             labels.add(DEVICE_CATEGORIES[cat])
-            name = str(event.get("name", "?"))
             correlation = (event.get("args") or {}).get("correlation")
-            device.append((correlation, names.setdefault(name, len(names)), ts, dur))
+            dev_corr.append(correlation if isinstance(correlation, int) else -1)
+            dev_name.append(names.setdefault(str(event.get("name", "?")), len(names)))
+            dev_ts.append(ts)
+            dev_dur.append(dur)
     by_id = {i: n for n, i in names.items()}
+    n_names = len(names)
 
-    count: dict[int, int] = defaultdict(int)
-    self_cpu: dict[int, float] = defaultdict(float)
-    total_cpu: dict[int, float] = defaultdict(float)
+    count = np.zeros(n_names)
+    self_cpu = np.zeros(n_names)
+    total_cpu = np.zeros(n_names)
+    self_device = np.zeros(n_names)
     top_level = 0
-    span_start, span_end = float("inf"), float("-inf")
-    sorted_threads: dict[tuple[Any, Any], tuple[list[float], list[float], list[int]]] = {}
-    for key, thread in threads.items():
-        order = sorted(range(len(thread.starts)), key=lambda i: (thread.starts[i], -thread.durs[i]))
-        starts = [thread.starts[i] for i in order]
-        durs = [thread.durs[i] for i in order]
-        ids = [thread.names[i] for i in order]
-        sorted_threads[key] = (starts, durs, ids)
-        stack: list[tuple[float, int]] = []  # (end, index)
-        for i, (start, dur, name_id) in enumerate(zip(starts, durs, ids, strict=True)):
-            end = start + dur
-            while stack and stack[-1][0] <= start:
-                stack.pop()
-            if stack:
-                self_cpu[ids[stack[-1][1]]] -= dur
-            else:
-                top_level += 1
-            count[name_id] += 1
-            self_cpu[name_id] += dur
-            total_cpu[name_id] += dur
-            span_start, span_end = min(span_start, start), max(span_end, end)
-            stack.append((end, i))
+    span_start, span_end = np.inf, -np.inf
+    ordered: list[tuple[Any, Any, Any, Any]] = []
+    for thread in threads:
+        starts = np.frombuffer(thread.starts, dtype=np.float64) if thread.starts else np.zeros(0)
+        durs = np.frombuffer(thread.durs, dtype=np.float64) if thread.durs else np.zeros(0)
+        ids = np.frombuffer(thread.names, dtype=np.int64) if thread.names else np.zeros(0, int)
+        order = np.lexsort((-durs, starts))
+        starts, durs, ids = starts[order], durs[order], ids[order]
+        ends = starts + durs
+        parent = _parents(starts, ends)
+        child = np.zeros(len(starts))
+        nested = parent >= 0
+        np.add.at(child, parent[nested], durs[nested])
+        count += np.bincount(ids, minlength=n_names)
+        self_cpu += np.bincount(ids, weights=durs - child, minlength=n_names)
+        total_cpu += np.bincount(ids, weights=durs, minlength=n_names)
+        top_level += int((~nested).sum())
+        if len(starts):
+            span_start, span_end = min(span_start, starts[0]), max(span_end, ends.max())
+        ordered.append((starts, ends, ids, parent))
+        thread.starts = thread.durs = thread.names = array("d")  # free as we go
 
-    self_device: dict[int, float] = defaultdict(float)
-    kernels: dict[str, float] = defaultdict(float)
-    unattributed = 0
-    for correlation, name_id, _ts, dur in device:
-        kernels[by_id[name_id]] += dur
-        launch = launches.get(correlation)
-        if launch is None or (launch[0], launch[1]) not in sorted_threads:
-            unattributed += 1
-            continue
-        starts, durs, ids = sorted_threads[(launch[0], launch[1])]
-        i = bisect.bisect_right(starts, launch[2]) - 1
-        while i >= 0 and starts[i] + durs[i] < launch[2]:
-            i -= 1
-        if i < 0:
-            unattributed += 1
-            continue
-        self_device[ids[i]] += dur
+    corr = np.frombuffer(dev_corr, dtype=np.int64) if dev_corr else np.zeros(0, np.int64)
+    d_name = np.frombuffer(dev_name, dtype=np.int64) if dev_name else np.zeros(0, np.int64)
+    d_ts = np.frombuffer(dev_ts, dtype=np.float64) if dev_ts else np.zeros(0)
+    d_dur = np.frombuffer(dev_dur, dtype=np.float64) if dev_dur else np.zeros(0)
+    attributed = np.zeros(len(corr), dtype=bool)
+    if len(corr) and launch_corr:
+        l_corr = np.frombuffer(launch_corr, dtype=np.int64)
+        l_thread = np.frombuffer(launch_thread, dtype=np.int64)
+        l_ts = np.frombuffer(launch_ts, dtype=np.float64)
+        by_corr = np.argsort(l_corr, kind="stable")
+        sorted_corr = l_corr[by_corr]
+        pos = np.searchsorted(sorted_corr, corr).clip(0, len(sorted_corr) - 1)
+        found = sorted_corr[pos] == corr
+        launch = by_corr[pos]
+        for t, (starts, ends, ids, parent) in enumerate(ordered):
+            rows = np.nonzero(found & (l_thread[launch] == t))[0]
+            if not len(rows) or not len(starts):
+                continue
+            at = l_ts[launch[rows]]
+            i = np.searchsorted(starts, at, side="right") - 1
+            for k in np.nonzero((i >= 0) & (ends[i.clip(0)] < at))[0]:  # ended before: go up
+                j = i[k]
+                while j >= 0 and ends[j] < at[k]:
+                    j = parent[j]
+                i[k] = j
+            ok = i >= 0
+            np.add.at(self_device, ids[i[ok]], d_dur[rows[ok]])
+            attributed[rows[ok]] = True
+    kernel_us = np.bincount(d_name, weights=d_dur, minlength=n_names) if len(d_name) else None
+    kernels = (
+        {by_id[int(i)]: float(kernel_us[i]) for i in np.unique(d_name)}
+        if kernel_us is not None
+        else {}
+    )
     label = device_label or (sorted(labels)[0] if labels else None)
     steps = max(len(step_durs), 1)
-    wall = sum(step_durs) if step_durs else max(span_end - span_start, 0.0)
+    wall = sum(step_durs) if step_durs else max(float(span_end - span_start), 0.0)
     raw = [
         RawOp(
             by_id[i],
-            count[i],
-            self_cpu[i],
-            total_cpu[i],
-            self_device.get(i, 0.0),
-            self_device.get(i, 0.0),
+            int(count[i]),
+            float(self_cpu[i]),
+            float(total_cpu[i]),
+            float(self_device[i]),
+            float(self_device[i]),
         )
-        for i in count
+        for i in range(n_names)
+        if count[i]
     ]
     device_rows = [RawOp(name, 1, 0.0, 0.0, us, us) for name, us in kernels.items()]
     summary = build_summary(raw, top_level, steps, wall, label, device_rows or None)
@@ -224,10 +283,10 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
     rank = info.get("rank") if isinstance(info, dict) else None
     return TraceResult(
         summary=summary,
-        kernels=dict(kernels),
-        unattributed_device_events=unattributed,
-        device_events=len(device),
-        device_busy_pct=_busy_pct([(ts, ts + dur) for _, _, ts, dur in device]),
+        kernels=kernels,
+        unattributed_device_events=int(len(corr) - attributed.sum()),
+        device_events=len(corr),
+        device_busy_pct=_busy_pct(d_ts, d_ts + d_dur),
         rank=int(rank) if isinstance(rank, int) else None,
         metadata=stream.metadata,
     )
