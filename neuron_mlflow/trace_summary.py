@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from neuron_mlflow.summary import OpSummary, RawOp, build_summary
 from neuron_mlflow.trace_reader import TraceStream
 
@@ -88,8 +90,6 @@ class _Thread:
 
 def _busy_pct(starts: Any, ends: Any) -> float | None:
     """Busy share (%) of the span from the first start to the last end (union of intervals)."""
-    import numpy as np
-
     if len(starts) == 0:
         return None
     order = np.argsort(starts, kind="stable")
@@ -103,8 +103,6 @@ def _busy_pct(starts: Any, ends: Any) -> float | None:
 
 def _parents(starts: Any, ends: Any) -> Any:
     """Index of each interval's innermost enclosing interval (-1: top level); sorted input."""
-    import numpy as np
-
     parent = np.full(len(starts), -1, dtype=np.int64)
     stack: list[tuple[float, int]] = []
     chunk = 1 << 16
@@ -137,8 +135,6 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
     Raises:
         TraceFormatError: the file is truncated or malformed.
     """
-    import numpy as np
-
     stream = TraceStream(path)
     names: dict[str, int] = {}
     thread_ids: dict[tuple[Any, Any], int] = {}
