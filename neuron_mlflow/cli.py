@@ -25,6 +25,7 @@ from neuron_mlflow.compare import (
     CompareError,
     compare_profiles,
     load_profile,
+    profile_prefixes,
     regressions,
     render_json,
     render_markdown,
@@ -225,11 +226,7 @@ def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
     runs = client.search_runs(  # type: ignore[attr-defined]
         [found.experiment_id], order_by=["attributes.start_time DESC"], max_results=500
     )
-    profiled = [
-        r.info.run_id
-        for r in runs
-        if any(k.endswith("/op_calls") and "/op/" not in k for k in r.data.metrics)
-    ][:last]
+    profiled = [r.info.run_id for r in runs if profile_prefixes(r.data.metrics)][:last]
     if not profiled:
         raise CompareError(f"experiment {experiment!r} has no runs with profile metrics")
     return list(reversed(profiled))
@@ -268,16 +265,7 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"neuron-mlflow compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.prefix is None and len({p.prefix for p in profiles}) > 1:
-        shared = set.intersection(
-            *(
-                {
-                    k[: -len("/op_calls")]
-                    for k in client.get_run(p.run_id).data.metrics
-                    if k.endswith("/op_calls") and "/op/" not in k
-                }
-                for p in profiles
-            )
-        )
+        shared = set.intersection(*(set(p.prefixes) for p in profiles))
         if shared:
             prefix = sorted(shared)[0]
             profiles = [load_profile(client, p.run_id, prefix) for p in profiles]

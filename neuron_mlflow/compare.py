@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ class RunProfile:
         headline: headline metric name (without prefix) to value.
         ops: op name to ``{"self_device_us", "self_cpu_us", "calls"}`` (whichever exist).
         backend: the ``neuron_mlflow.backend`` tag.
+        prefixes: every profile prefix the run has (see :func:`profile_prefixes`).
     """
 
     run_id: str
@@ -46,6 +48,7 @@ class RunProfile:
     headline: dict[str, float]
     ops: dict[str, dict[str, float]]
     backend: str | None = None
+    prefixes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -61,7 +64,14 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-def _prefixes(metric_names: list[str]) -> list[str]:
+def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
+    """The metric prefixes ``P`` of a run: every ``P`` with a ``P/op_calls`` metric.
+
+    Example:
+        >>> profile_prefixes(["profile/train/op_calls", "profile/train/op/aten.mm/calls",
+        ...                   "profile/train/rank/0/op_calls", "loss"])
+        ['profile/train']
+    """
     return sorted(
         name[: -len("/op_calls")]
         for name in metric_names
@@ -94,7 +104,7 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
     except MlflowException as exc:
         raise CompareError(f"run {run_id!r} was not found at {client.tracking_uri}") from exc
     metrics = run.data.metrics
-    prefixes = _prefixes(list(metrics))
+    prefixes = profile_prefixes(metrics)
     if not prefixes:
         raise CompareError(
             f"run {run_id!r} has no profile metrics (no '<prefix>/op_calls' metric); "
@@ -132,6 +142,7 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
         headline=headline,
         ops=ops,
         backend=run.data.tags.get("neuron_mlflow.backend"),
+        prefixes=prefixes,
     )
 
 

@@ -69,6 +69,12 @@ class _Capture:
     calls_marked: bool = False
     marker: Any = None
 
+    def record_step(self, step: int, started_ns: int) -> None:
+        """Count ``step`` as recorded, with its wall time since ``started_ns``."""
+        self.wall_ns += time.perf_counter_ns() - started_ns
+        self.recorded_steps += 1
+        self.last_recorded = step
+
 
 def _enter_marker(name: str) -> Any:
     import torch.profiler
@@ -192,9 +198,7 @@ class ProfilingSession:
             self._guarded(self.backend.synchronize)
             self._exit_marker(capture)
             if action in (Action.RECORD, Action.RECORD_AND_SAVE):
-                capture.wall_ns += time.perf_counter_ns() - self._step_started_ns
-                capture.recorded_steps += 1
-                capture.last_recorded = self.step_num
+                capture.record_step(self.step_num, self._step_started_ns)
             self._guarded(capture.prof.step)
         finally:
             self.step_num += 1
@@ -216,9 +220,7 @@ class ProfilingSession:
             return
         if action_at(self.config.schedule, self.step_num) != Action.WARMUP:
             # the failing step ran (in part) while recording: its work is in the capture
-            capture.wall_ns += time.perf_counter_ns() - self._step_started_ns
-            capture.recorded_steps += 1
-            capture.last_recorded = self.step_num
+            capture.record_step(self.step_num, self._step_started_ns)
         self.step_num += 1
         with suppress(Exception):
             self._finish_window(

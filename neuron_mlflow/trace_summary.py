@@ -143,6 +143,16 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
     dev_corr, dev_name, dev_ts, dev_dur = array("q"), array("q"), array("d"), array("d")
     labels: set[str] = set()
     step_durs: list[float] = []
+
+    def thread_index(event: dict) -> int:
+        """Index of the event's (pid, tid) thread, created on first sight."""
+        key = (event.get("pid"), event.get("tid"))
+        index = thread_ids.get(key)
+        if index is None:
+            index = thread_ids[key] = len(threads)
+            threads.append(_Thread())
+        return index
+
     for event in stream:
         if event.get("ph") != "X":
             continue
@@ -164,28 +174,15 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
                 if cat == "user_annotation":
                     step_durs.append(dur)
                 continue
-            key = (event.get("pid"), event.get("tid"))
-            index = thread_ids.get(key)
-            if index is None:
-                index = thread_ids[key] = len(threads)
-                threads.append(_Thread())
-            thread = threads[index]
+            thread = threads[thread_index(event)]
             thread.starts.append(ts)
             thread.durs.append(dur)
             thread.names.append(names.setdefault(name, len(names)))
         elif cat in RUNTIME_CATEGORIES:
             correlation = (event.get("args") or {}).get("correlation")
-            key = (event.get("pid"), event.get("tid"))
-            if isinstance(correlation, int) and key in thread_ids:
+            if isinstance(correlation, int):
                 launch_corr.append(correlation)
-                launch_thread.append(thread_ids[key])
-                launch_ts.append(ts)
-            elif isinstance(correlation, int):  # thread seen later: resolve after the pass
-                index = thread_ids.setdefault(key, len(threads))
-                if index == len(threads):
-                    threads.append(_Thread())
-                launch_corr.append(correlation)
-                launch_thread.append(index)
+                launch_thread.append(thread_index(event))
                 launch_ts.append(ts)
         elif cat in DEVICE_CATEGORIES:
             labels.add(DEVICE_CATEGORIES[cat])

@@ -154,9 +154,9 @@ class NeuronBackend(Backend):
         self, stats: CapturedStats, trace_dir: Path
     ) -> tuple[CapturedStats, str]:
         """Use ``key_averages()`` device time, else the device events of ``trace.json``."""
-        rows = stats.device_rows or stats.cpu_ops
-        if any((row.self_device_us or 0.0) > 0 for row in rows):
-            return stats, "key_averages"
+        stats, source = super().refine_device_time(stats, trace_dir)
+        if source == "key_averages":
+            return stats, source
         from neuron_mlflow.trace_summary import summarize_trace
 
         per_op: dict[str, float] = defaultdict(float)
