@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from neuron_mlflow.spool import Spool, WindowRecord
 
@@ -245,10 +245,13 @@ def sync_pending(
         A :class:`SyncReport`.
     """
     spool = Spool(local_dir)
-    statuses: tuple[Any, ...] = ("pending", "incomplete") if include_incomplete else ("pending",)
     report = SyncReport()
-    records = list(spool.windows(*statuses))
-    report.skipped = [str(r.path) for r in spool.windows("incomplete") if not include_incomplete]
+    records = []
+    for record in spool.windows("pending", "incomplete"):  # one pass over the manifests
+        if record.status == "pending" or include_incomplete:
+            records.append(record)
+        else:
+            report.skipped.append(str(record.path))
     if not records:
         return report
     sink = MlflowSink(tracking_uri)
