@@ -21,19 +21,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from neuron_mlflow.compare import (
-    CompareError,
-    compare_profiles,
-    load_profile,
-    profile_prefixes,
-    regressions,
-    render_json,
-    render_markdown,
-    render_table,
-)
-from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.download import DownloadError, download_window, viewer_commands
-from neuron_mlflow.mlflow_sink import current_tracking_uri, sync_pending
+# Each verb imports what it needs when it runs: `summarize` stays free of mlflow, pydantic and
+# torch, so it starts fast and small.
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -178,7 +167,9 @@ def _summarize(args: argparse.Namespace) -> int:
 def _ingest(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from neuron_mlflow.config import ProfilerConfig
     from neuron_mlflow.ingest import IngestError, ingest
+    from neuron_mlflow.mlflow_sink import current_tracking_uri
     from neuron_mlflow.trace_reader import TraceFormatError
 
     local_dir = Path(args.local_dir or ProfilerConfig().local_dir)
@@ -207,6 +198,8 @@ def _download(args: argparse.Namespace) -> int:
 
     from mlflow import MlflowClient
 
+    from neuron_mlflow.download import DownloadError, download_window, viewer_commands
+
     try:
         window, local = download_window(MlflowClient(), args.run_id, args.window, Path(args.dest))
     except DownloadError as exc:
@@ -220,6 +213,8 @@ def _download(args: argparse.Namespace) -> int:
 
 def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
     """The ``last`` most recent runs of ``experiment`` that have profile metrics, oldest first."""
+    from neuron_mlflow.compare import CompareError, profile_prefixes
+
     found = client.get_experiment_by_name(experiment)  # type: ignore[attr-defined]
     if found is None:
         raise CompareError(f"experiment {experiment!r} was not found")
@@ -234,6 +229,16 @@ def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
 
 def _compare(args: argparse.Namespace) -> int:
     from mlflow import MlflowClient
+
+    from neuron_mlflow.compare import (
+        CompareError,
+        compare_profiles,
+        load_profile,
+        regressions,
+        render_json,
+        render_markdown,
+        render_table,
+    )
 
     if args.top < 1 or (args.fail_above is not None and args.fail_above < 0):
         print("neuron-mlflow compare: --top must be >= 1 and --fail-above >= 0", file=sys.stderr)
@@ -282,6 +287,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
+    from neuron_mlflow.config import ProfilerConfig
+    from neuron_mlflow.mlflow_sink import current_tracking_uri, sync_pending
+
     local_dir = args.local_dir or str(ProfilerConfig().local_dir)
     try:
         report = sync_pending(local_dir, include_incomplete=args.include_incomplete)

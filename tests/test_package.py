@@ -7,22 +7,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import neuron_mlflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_all_lists_exactly_the_public_names() -> None:
+    for name in neuron_mlflow.__all__:  # each loads on first use
+        assert getattr(neuron_mlflow, name) is not None
     public = {
         name
         for name in vars(neuron_mlflow)
         if not name.startswith("_")
         and not isinstance(getattr(neuron_mlflow, name), type(sys))  # submodules
     }
-    lazy = {"NeuronProfilerCallback"}  # loaded on first use: it imports lightning
-    assert set(neuron_mlflow.__all__) == public | lazy
-    for name in neuron_mlflow.__all__:
-        assert getattr(neuron_mlflow, name) is not None
+    assert set(neuron_mlflow.__all__) == public
+    assert set(dir(neuron_mlflow)) >= public
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        neuron_mlflow.Nope  # noqa: B018
 
 
 def test_import_is_light() -> None:
