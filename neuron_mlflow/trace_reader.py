@@ -1,20 +1,24 @@
 """Stream the events of a Chrome/Kineto trace file (``.json`` or ``.json.gz``).
 
-Events are decoded one at a time from a sliding text buffer and handed to the caller; the
-whole file is never held as Python objects. Top-level keys other than ``traceEvents``
-(``distributedInfo``, ``deviceProperties``, ...) are kept as metadata, in whatever order
-they appear. A truncated or malformed file raises :class:`TraceFormatError` naming the file
-and the offset (in the uncompressed text).
+The file is read in chunks of text; each chunk's complete events are decoded together by
+:mod:`msgspec` (into plain dicts, or straight into :class:`TraceEvent` structs that keep only
+the fields the trace engine reads) and handed to the caller, so the whole file is never held
+as Python objects. Top-level keys other than ``traceEvents`` (``distributedInfo``,
+``deviceProperties``, ...) are kept as metadata, in whatever order they appear. A truncated or
+malformed file raises :class:`TraceFormatError` naming the file and the offset (in the
+uncompressed text).
 
 Example:
     >>> import json, tempfile
     >>> from pathlib import Path
     >>> path = Path(tempfile.mkdtemp()) / "t.json"
     >>> _ = path.write_text(json.dumps({"distributedInfo": {"rank": 3},
-    ...                                 "traceEvents": [{"ph": "X", "name": "a"}]}))
+    ...                                 "traceEvents": [{"ph": "X", "name": "a", "ts": 1}]}))
     >>> stream = TraceStream(path)
     >>> [e["name"] for e in stream], stream.metadata["distributedInfo"]["rank"]
     (['a'], 3)
+    >>> [(e.name, e.ts, e.dur) for e in TraceStream(path, typed=True)]
+    [('a', 1.0, 0.0)]
 """
 
 from __future__ import annotations
@@ -26,12 +30,43 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+import msgspec
+
 from neuron_mlflow.errors import NeuronMlflowError
 
 CHUNK_CHARS = 1 << 20
 _SPACE = re.compile(r"[\s]*")
 _SEPARATOR = re.compile(r"\s*([,\]])\s*")
+_NEXT_EVENT = re.compile(r"\s*,\s*\{")
 _DECODER = json.JSONDecoder()
+
+
+class EventArgs(msgspec.Struct):
+    """The one ``args`` field the trace engine reads: the runtime/device link."""
+
+    correlation: int | None = None
+
+
+class TraceEvent(msgspec.Struct):
+    """The fields of one trace event that the trace engine reads; the rest is skipped.
+
+    Example:
+        >>> msgspec.json.decode(b'{"ph": "X", "ts": 5, "pid": "Spans", "x": 1}', type=TraceEvent)
+        TraceEvent(ph='X', cat='', name='', pid='Spans', tid=None, ts=5.0, dur=0.0, args=None)
+    """
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: float = 0.0
+    dur: float = 0.0
+    args: EventArgs | None = None
+
+
+_TYPED = msgspec.json.Decoder(list[TraceEvent])
+_UNTYPED = msgspec.json.Decoder(list[Any])
 
 
 class TraceFormatError(NeuronMlflowError, ValueError):
@@ -50,16 +85,40 @@ def open_trace(path: Path) -> TextIO:
     return path.open("r", encoding="utf-8")
 
 
+def _to_event(value: Any) -> TraceEvent | None:
+    """One event as a :class:`TraceEvent`, with lenient coercion; ``None`` if it has none."""
+    if not isinstance(value, dict):
+        return None
+    args = value.get("args")
+    correlation = args.get("correlation") if isinstance(args, dict) else None
+    try:
+        return TraceEvent(
+            ph=str(value.get("ph", "")),
+            cat=str(value.get("cat", "")),
+            name=str(value.get("name", "")),
+            pid=value.get("pid"),
+            tid=value.get("tid"),
+            ts=float(value.get("ts", 0.0)),
+            dur=float(value.get("dur", 0.0)),
+            args=EventArgs(correlation if isinstance(correlation, int) else None),
+        )
+    except (TypeError, ValueError):  # a time that is not a number: not an event we can use
+        return None
+
+
 class TraceStream:
     """Iterate over the events of one trace file; ``metadata`` fills in as it is read.
 
     Args:
         path: a ``.json`` or ``.json.gz`` trace (an object with ``traceEvents``, or a bare
             array of events).
+        typed: yield :class:`TraceEvent` structs (faster, smaller) instead of dicts. Events
+            whose times are not numbers are skipped in this mode.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, typed: bool = False) -> None:
         self.path = Path(path)
+        self.typed = typed
         self.metadata: dict[str, Any] = {}
         self._text = ""
         self._pos = 0
@@ -116,27 +175,48 @@ class TraceStream:
 
     # -- structure ----------------------------------------------------------------------
 
-    def _events(self) -> Iterator[dict]:
+    def _last_boundary(self) -> int:
+        """End of the last ``}`` in the buffer that is followed by ``, {``; -1 if none.
+
+        A cut there is only a guess (a ``}, {`` may sit inside an event); decoding the
+        batch checks it: a wrong cut cannot decode as a list of complete values.
+        """
+        text, end = self._text, len(self._text)
+        while True:
+            end = text.rfind("}", self._pos, end)
+            if end < 0:
+                return -1
+            if _NEXT_EVENT.match(text, end + 1):
+                return end + 1
+        return -1  # pragma: no cover
+
+    def _batches(self) -> Iterator[list]:
+        """Lists of events decoded together; falls back to one at a time where needed."""
+        decoder = _TYPED if self.typed else _UNTYPED
         self._expect("[")
         if self._peek() == "]":
             self._pos += 1
             return
-        decode, separator = _DECODER.raw_decode, _SEPARATOR.match
+        slow_until = -1  # one event at a time until the buffer passes this offset
         while True:  # the buffer position is at the next event's first character
-            try:  # fast path: decode straight from the buffer
-                event, end = decode(self._text, self._pos)
-            except json.JSONDecodeError:
-                event = self._value()  # slow path: refills the buffer, or reports the error
-                end = self._pos
-            if isinstance(event, dict):
-                yield event
-            found = separator(self._text, end)
-            if found is not None and found.end() < len(self._text):
-                self._pos = found.end()
-                if found.group(1) == "]":
-                    return
-                continue
-            self._pos = end
+            if self._base + self._pos >= slow_until:
+                if len(self._text) - self._pos < CHUNK_CHARS // 2 and not self._eof:
+                    self._fill()
+                cut = self._last_boundary()
+                if cut > 0:
+                    try:
+                        batch = decoder.decode("[" + self._text[self._pos : cut] + "]")
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        slow_until = self._base + cut  # a wrong guess, or odd values
+                    else:
+                        yield batch
+                        next_event = _NEXT_EVENT.match(self._text, cut)
+                        self._pos = next_event.end() - 1  # type: ignore[union-attr]
+                        continue
+                elif not self._eof and self._fill():
+                    continue
+            event = self._value()  # slow path: one event, or the error with its offset
+            yield [_to_event(event) if self.typed else event]
             char = self._peek()
             self._pos += 1
             if char == "]":
@@ -146,7 +226,17 @@ class TraceStream:
                     f"expected ',' or ']' between events, found {char!r}", self._pos - 1
                 )
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.batches():
+            for event in batch:
+                if event is not None and (self.typed or isinstance(event, dict)):
+                    yield event
+
+    def batches(self) -> Iterator[list]:
+        """The events in lists as decoded (the fastest way through a file).
+
+        In typed mode an entry is ``None`` where an event's times are not numbers.
+        """
         with open_trace(self.path) as handle:
             self._file = handle
             try:
@@ -154,7 +244,7 @@ class TraceStream:
             except TraceFormatError:
                 raise self._error("empty file") from None
             if first == "[":
-                yield from self._events()
+                yield from self._batches()
                 return
             self._expect("{")
             if self._peek() == "}":
@@ -163,7 +253,7 @@ class TraceStream:
                 key = self._value()
                 self._expect(":")
                 if key == "traceEvents":
-                    yield from self._events()
+                    yield from self._batches()
                 else:
                     self.metadata[str(key)] = self._value()
                 char = self._peek()
