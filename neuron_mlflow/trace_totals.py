@@ -1,0 +1,70 @@
+"""What both trace passes produce: per-operator window totals and trace-wide facts.
+
+Also the event categories each backend writes, shared by the passes.
+
+Example:
+    >>> totals = Totals()
+    >>> ids: dict[str, int] = {}
+    >>> totals.name_id(ids, "aten::mul"), totals.names, totals.count
+    (0, ['aten::mul'], [0.0])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+DEVICE_CATEGORIES = {
+    "kernel": "CUDA",
+    "gpu_memcpy": "CUDA",
+    "gpu_memset": "CUDA",
+    "cuda_profiler_range": "CUDA",
+    "mtia_ccp_events": "MTIA",
+    "privateuse1_driver": "NEURON",
+}
+RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "mtia_runtime", "privateuse1_runtime"}
+OP_CATEGORIES = {"cpu_op", "user_annotation"}
+STEP_MARKER = "ProfilerStep"
+
+
+class OutOfOrder(Exception):
+    """The streaming pass met events it cannot place exactly; the buffered pass takes over.
+
+    Example:
+        >>> str(OutOfOrder("operators of thread (1, 1) out of start order"))
+        'operators of thread (1, 1) out of start order'
+    """
+
+
+@dataclass
+class Totals:
+    """Window totals per operator/kernel name id (in microseconds), and trace-wide facts.
+
+    Example:
+        >>> Totals().busy_pct is None
+        True
+    """
+
+    names: list[str] = field(default_factory=list)
+    count: list[float] = field(default_factory=list)
+    self_cpu: list[float] = field(default_factory=list)
+    total_cpu: list[float] = field(default_factory=list)
+    self_device: list[float] = field(default_factory=list)
+    kernel_us: dict[int, float] = field(default_factory=dict)
+    top_level: int = 0
+    steps: int = 0
+    step_us: float = 0.0
+    span_start: float = math.inf
+    span_end: float = -math.inf
+    device_events: int = 0
+    attributed: int = 0
+    busy_pct: float | None = None
+    labels: set[str] = field(default_factory=set)
+
+    def name_id(self, ids: dict[str, int], name: str) -> int:
+        """The id of ``name``, added (with zeroed totals) on first sight."""
+        index = ids[name] = len(self.names)
+        self.names.append(name)
+        for column in (self.count, self.self_cpu, self.total_cpu, self.self_device):
+            column.append(0.0)
+        return index
