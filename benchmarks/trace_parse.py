@@ -7,7 +7,7 @@ in ``tests/data/traces`` and on generated Kineto-like traces of growing size (CP
 calls and kernels linked by correlation ids). Reports wall seconds, peak RSS (MB) and ratios.
 
 Needs HTA: ``.venv/bin/pip install holistictraceanalysis`` (a benchmark-only dependency).
-Run:  .venv/bin/python benchmarks/trace_parse.py [--sizes-mb 50,200,500]
+Run:  .venv/bin/python benchmarks/trace_parse.py [--sizes-mb 50,200,500,1000] [--cpu-first-mb 500]
 """
 
 from __future__ import annotations
@@ -26,99 +26,106 @@ sys.path.insert(0, str(ROOT))
 REAL = sorted((ROOT / "tests" / "data" / "traces").glob("*.json.gz"))
 
 
-def generate(path: Path, size_mb: int) -> int:
-    """Write a Kineto-like trace of about ``size_mb`` MB; return its event count."""
-    target = size_mb * 1_000_000
-    written = 0
+def _step_events(step: int, ts: float) -> list[dict]:
+    """One profiler step: a step marker, 40 ops (each with a nested op) launching 40 kernels."""
+    events: list[dict] = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{step}",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": 1000.0,
+            "args": {},
+        },
+    ]
+    t = ts + 1.0
+    for i in range(40):
+        corr = step * 100 + i
+        events += [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"aten::op_{i % 12}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": 20.0,
+                "args": {"External id": corr, "Sequence number": corr, "Fwd thread id": 0},
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::empty",
+                "pid": 1,
+                "tid": 1,
+                "ts": t + 1.0,
+                "dur": 2.0,
+                "args": {"External id": corr},
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": t + 5.0,
+                "dur": 4.0,
+                "args": {"External id": corr, "correlation": corr},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"void kernel_{i % 12}<float>()",
+                "pid": 0,
+                "tid": 7,
+                "ts": t + 10.0,
+                "dur": 15.0,
+                "args": {
+                    "correlation": corr,
+                    "device": 0,
+                    "stream": 7,
+                    "grid": [1, 1, 1],
+                    "block": [128, 1, 1],
+                },
+            },
+            {
+                "ph": "f",
+                "cat": "ac2g",
+                "id": corr,
+                "pid": 0,
+                "tid": 7,
+                "ts": t + 10.0,
+                "bp": "e",
+                "name": "ac2g",
+            },
+        ]
+        t += 24.0
+    return events
+
+
+def generate(path: Path, size_mb: int, cpu_first: bool = False) -> int:
+    """Write a Kineto-like trace of about ``size_mb`` MB; return its event count.
+
+    Events are interleaved step by step, or with ``cpu_first`` every CPU operator comes
+    first and the runtime calls and kernels after them (the order Kineto writes).
+    """
+    one_step = len(",\n".join(json.dumps(e) for e in _step_events(0, 1_000_000.0)))
+    steps = size_mb * 1_000_000 // one_step + 1
+    everything = {"user_annotation", "cpu_op", "cuda_runtime", "kernel", "ac2g"}
+    sweeps = [{"user_annotation", "cpu_op"}, {"cuda_runtime", "kernel", "ac2g"}]
     events = 0
     with path.open("w", encoding="utf-8") as out:
         out.write('{"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": [\n')
-        ts = 1_000_000.0
-        step = 0
-        first = True
-        while written < target:
-            out.write("" if first else ",\n")
-            first = False
-            lines = [
-                {
-                    "ph": "X",
-                    "cat": "user_annotation",
-                    "name": f"ProfilerStep#{step}",
-                    "pid": 1,
-                    "tid": 1,
-                    "ts": ts,
-                    "dur": 1000.0,
-                    "args": {},
-                },
-            ]
-            t = ts + 1.0
-            for i in range(40):
-                corr = step * 100 + i
-                lines += [
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": f"aten::op_{i % 12}",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": t,
-                        "dur": 20.0,
-                        "args": {"External id": corr, "Sequence number": corr, "Fwd thread id": 0},
-                    },
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": "aten::empty",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": t + 1.0,
-                        "dur": 2.0,
-                        "args": {"External id": corr},
-                    },
-                    {
-                        "ph": "X",
-                        "cat": "cuda_runtime",
-                        "name": "cudaLaunchKernel",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": t + 5.0,
-                        "dur": 4.0,
-                        "args": {"External id": corr, "correlation": corr},
-                    },
-                    {
-                        "ph": "X",
-                        "cat": "kernel",
-                        "name": f"void kernel_{i % 12}<float>()",
-                        "pid": 0,
-                        "tid": 7,
-                        "ts": t + 10.0,
-                        "dur": 15.0,
-                        "args": {
-                            "correlation": corr,
-                            "device": 0,
-                            "stream": 7,
-                            "grid": [1, 1, 1],
-                            "block": [128, 1, 1],
-                        },
-                    },
-                    {
-                        "ph": "f",
-                        "cat": "ac2g",
-                        "id": corr,
-                        "pid": 0,
-                        "tid": 7,
-                        "ts": t + 10.0,
-                        "bp": "e",
-                        "name": "ac2g",
-                    },
-                ]
-                t += 24.0
-            text = ",\n".join(json.dumps(e) for e in lines)
-            out.write(text)
-            written += len(text)
-            events += len(lines)
-            ts += 1001.0
-            step += 1
+        separator = ""
+        for categories in sweeps if cpu_first else [everything]:
+            for step in range(steps):
+                lines = _step_events(step, 1_000_000.0 + 1001.0 * step)
+                kept = [json.dumps(e) for e in lines if e["cat"] in categories]
+                out.write(separator + ",\n".join(kept))
+                separator = ",\n"
+                events += len(kept)
         out.write("\n]}\n")
     return events
 
@@ -160,30 +167,44 @@ def measure(kind: str, path: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes-mb", default="50,200,500")
+    parser.add_argument("--sizes-mb", default="50,200,500,1000")
+    parser.add_argument(
+        "--cpu-first-mb",
+        default="500",
+        help="sizes to generate again with every CPU op first (Kineto's order); '' for none",
+    )
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker)
         return
-    work = Path(tempfile.mkdtemp())
-    files: list[tuple[str, Path]] = [(p.name, p) for p in REAL]
-    for size in (int(s) for s in args.sizes_mb.split(",") if s):
-        path = work / f"generated_{size}mb.json"
-        events = generate(path, size)
-        files.append((f"generated {path.stat().st_size / 1e6:.0f} MB ({events:,} events)", path))
     print(
         "| trace | neuron-mlflow s | HTA s | speed-up | neuron-mlflow peak MB "
         "| HTA peak MB | memory ratio |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, path in files:
-        ours, theirs = measure("neuron-mlflow", path), measure("hta", path)
-        print(
-            f"| {name} | {ours['seconds']:.2f} | {theirs['seconds']:.2f} "
-            f"| {theirs['seconds'] / ours['seconds']:.1f}x | {ours['peak_mb']:.0f} "
-            f"| {theirs['peak_mb']:.0f} | {ours['peak_mb'] / theirs['peak_mb']:.2f} |"
-        )
+    print("|---|---:|---:|---:|---:|---:|---:|", flush=True)
+    with tempfile.TemporaryDirectory() as work:
+        files: list[tuple[str, Path | tuple[int, bool]]] = [(p.name, p) for p in REAL]
+        files += [("", (int(s), False)) for s in args.sizes_mb.split(",") if s]
+        files += [("", (int(s), True)) for s in args.cpu_first_mb.split(",") if s]
+        for name, source in files:
+            if isinstance(source, Path):
+                path = source
+            else:  # generated when its turn comes, removed after
+                size, cpu_first = source
+                path = Path(work) / f"generated_{size}mb{'_cpu_first' if cpu_first else ''}.json"
+                events = generate(path, size, cpu_first)
+                name = f"generated {path.stat().st_size / 1e6:.0f} MB ({events:,} events)"
+                name += ", CPU ops first" if cpu_first else ""
+            ours, theirs = measure("neuron-mlflow", path), measure("hta", path)
+            print(
+                f"| {name} | {ours['seconds']:.2f} | {theirs['seconds']:.2f} "
+                f"| {theirs['seconds'] / ours['seconds']:.1f}x | {ours['peak_mb']:.0f} "
+                f"| {theirs['peak_mb']:.0f} | {ours['peak_mb'] / theirs['peak_mb']:.2f} |",
+                flush=True,
+            )
+            if path.parent == Path(work):
+                path.unlink()
 
 
 if __name__ == "__main__":

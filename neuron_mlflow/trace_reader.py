@@ -188,7 +188,6 @@ class TraceStream:
                 return -1
             if _NEXT_EVENT.match(text, end + 1):
                 return end + 1
-        return -1  # pragma: no cover
 
     def _batches(self) -> Iterator[list]:
         """Lists of events decoded together; falls back to one at a time where needed."""
