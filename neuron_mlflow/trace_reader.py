@@ -5,8 +5,8 @@ The file is read in chunks of text; each chunk's complete events are decoded tog
 the fields the trace engine reads) and handed to the caller, so the whole file is never held
 as Python objects. Top-level keys other than ``traceEvents`` (``distributedInfo``,
 ``deviceProperties``, ...) are kept as metadata, in whatever order they appear. A truncated or
-malformed file raises :class:`TraceFormatError` naming the file and the offset (in the
-uncompressed text).
+malformed file raises :class:`TraceFormatError` naming the file and the byte offset (in the
+uncompressed file).
 
 Example:
     >>> import json, tempfile
@@ -85,6 +85,11 @@ def open_trace(path: Path) -> TextIO:
     return path.open("r", encoding="utf-8")
 
 
+def _utf8_length(text: str) -> int:
+    """Length of ``text`` in UTF-8 bytes (no copy for ASCII, the usual case)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def _to_event(value: Any) -> TraceEvent | None:
     """One event as a :class:`TraceEvent`, with lenient coercion; ``None`` if it has none."""
     if not isinstance(value, dict):
@@ -122,7 +127,8 @@ class TraceStream:
         self.metadata: dict[str, Any] = {}
         self._text = ""
         self._pos = 0
-        self._base = 0
+        self._base = 0  # bytes of the uncompressed file before the buffer
+        self._chars = 0  # characters before the buffer
         self._eof = False
         self._file: TextIO | None = None
 
@@ -131,7 +137,8 @@ class TraceStream:
     def _fill(self) -> bool:
         assert self._file is not None
         more = self._file.read(CHUNK_CHARS)
-        self._base += self._pos
+        self._base += _utf8_length(self._text[: self._pos])
+        self._chars += self._pos
         self._text = self._text[self._pos :] + more
         self._pos = 0
         if not more:
@@ -139,9 +146,9 @@ class TraceStream:
         return bool(more)
 
     def _error(self, what: str, at: int | None = None) -> TraceFormatError:
-        offset = self._base + (self._pos if at is None else at)
+        offset = self._base + _utf8_length(self._text[: self._pos if at is None else at])
         return TraceFormatError(
-            f"{self.path}: {what} at offset {offset} (of the uncompressed text); "
+            f"{self.path}: {what} at byte offset {offset} (of the uncompressed file); "
             "the file is truncated or not a Chrome/Kineto JSON trace"
         )
 
@@ -198,7 +205,7 @@ class TraceStream:
             return
         slow_until = -1  # one event at a time until the buffer passes this offset
         while True:  # the buffer position is at the next event's first character
-            if self._base + self._pos >= slow_until:
+            if self._chars + self._pos >= slow_until:
                 if len(self._text) - self._pos < CHUNK_CHARS // 2 and not self._eof:
                     self._fill()
                 cut = self._last_boundary()
@@ -206,7 +213,7 @@ class TraceStream:
                     try:
                         batch = decoder.decode("[" + self._text[self._pos : cut] + "]")
                     except (msgspec.DecodeError, msgspec.ValidationError):
-                        slow_until = self._base + cut  # a wrong guess, or odd values
+                        slow_until = self._chars + cut  # a wrong guess, or odd values
                     else:
                         yield batch
                         next_event = _NEXT_EVENT.match(self._text, cut)

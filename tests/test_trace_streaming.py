@@ -216,3 +216,16 @@ def test_summarize_does_not_import_the_heavy_libraries() -> None:
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
     assert "| Name | Calls |" in out.stdout
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 20])
+def test_a_malformed_event_is_reported_at_its_byte_offset(tmp_path, monkeypatch, chunk) -> None:
+    monkeypatch.setattr(trace_reader, "CHUNK_CHARS", chunk)
+    good = [{"ph": "X", "name": f"ünïcödé op {i} ✓", "ts": i, "dur": 1} for i in range(50)]
+    head = json.dumps({"traceEvents": good})[:-2] + ", "  # drop the closing ']}'
+    bad = '{"ph": "X", "name": "broken", "ts": 1,, "dur": 2}]}'
+    path = tmp_path / "bad.json"
+    path.write_bytes((head + bad).encode())
+    at = len(head.encode()) + bad.index(",,") + 1  # the second comma
+    with pytest.raises(trace_reader.TraceFormatError, match=rf"bad\.json: .* byte offset {at} "):
+        list(TraceStream(path, typed=True))

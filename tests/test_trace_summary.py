@@ -100,7 +100,7 @@ def test_truncated_file_names_the_file_and_offset(tmp_path, capsys) -> None:
     text = gzip.decompress(REAL[-1].read_bytes()).decode()
     cut = tmp_path / "cut.json"
     cut.write_text(text[: len(text) // 2])
-    with pytest.raises(TraceFormatError, match=r"cut\.json: .* at offset \d+"):
+    with pytest.raises(TraceFormatError, match=r"cut\.json: .* at byte offset \d+"):
         summarize_trace(cut)
     assert main(["summarize", str(cut)]) == 2
     assert "cut.json" in capsys.readouterr().err
