@@ -69,26 +69,22 @@ def test_streaming_agrees_with_the_exact_pass_without_falling_back(path, caplog)
     assert FALLBACK not in caplog.text
 
 
+def cpu_first(events: list[dict]) -> list[dict]:
+    """Every CPU operator first, then runtime calls and device events (as Kineto writes)."""
+    return sorted(events, key=lambda e: e.get("cat") not in ("cpu_op", "user_annotation"))
+
+
+def device_first(events: list[dict]) -> list[dict]:
+    """Every device event before any launch."""
+    return sorted(events, key=lambda e: e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"))
+
+
+@pytest.mark.parametrize("layout", [cpu_first, device_first], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_every_cpu_operator_first_as_kineto_writes_them_streams_too(path, tmp_path, caplog):
-    def cpu_first(events: list[dict]) -> list[dict]:
-        return sorted(events, key=lambda e: e.get("cat") not in ("cpu_op", "user_annotation"))
-
-    layout = rewrite(path, tmp_path / "cpu_first.json", cpu_first)
+def test_other_layouts_stream_to_the_same_numbers(path, layout, tmp_path, caplog) -> None:
+    rewritten = rewrite(path, tmp_path / f"{layout.__name__}.json", layout)
     caplog.set_level(logging.INFO, logger="neuron_mlflow")
-    assert_same(summarize_trace(layout), summarize_trace(path))
-    assert FALLBACK not in caplog.text
-
-
-@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
-def test_device_events_before_their_launches_still_link(path, tmp_path, caplog) -> None:
-    def device_first(events: list[dict]) -> list[dict]:
-        device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-        return device + [e for e in events if e not in device]
-
-    layout = rewrite(path, tmp_path / "device_first.json", device_first)
-    caplog.set_level(logging.INFO, logger="neuron_mlflow")
-    assert_same(summarize_trace(layout), summarize_trace(path))
+    assert_same(summarize_trace(rewritten), summarize_trace(path))
     assert FALLBACK not in caplog.text
 
 
@@ -125,9 +121,6 @@ def tiny_windows(monkeypatch):
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_spilling_and_small_windows_change_nothing(path, tmp_path, tiny_windows, caplog):
-    def cpu_first(events: list[dict]) -> list[dict]:
-        return sorted(events, key=lambda e: e.get("cat") not in ("cpu_op", "user_annotation"))
-
     exact = buffered(path)
     caplog.set_level(logging.INFO, logger="neuron_mlflow")
     assert_same(summarize_trace(path), exact)
