@@ -96,6 +96,7 @@ class _Thread:
 
     __slots__ = (
         "blocks",
+        "check_at",
         "durs",
         "head",
         "last_dur",
@@ -114,6 +115,7 @@ class _Thread:
         self.last_start = -math.inf
         self.last_dur = 0.0
         self.pending: list[tuple[float, int]] = []  # (ts, correlation) of runtime calls
+        self.check_at = 2 * LAUNCH_WINDOW  # place the waiting calls when this many wait
         self.starts, self.durs, self.names = array("d"), array("d"), array("q")  # log tail
         self.blocks: deque[tuple[int, int, int]] = deque()  # (offset, length, operators)
         self.head: Iterator[tuple[float, float, int]] = iter(())
@@ -201,6 +203,8 @@ class _Thread:
             links.launch(correlation, stack[-1][1] if stack else -1)
             self.placed_until = ts
         self.pending = pending[ready:]
+        # calls written before their operators cannot be placed yet: wait for twice as many
+        self.check_at = max(2 * LAUNCH_WINDOW, 2 * len(self.pending))
         if final:
             self.replay(math.inf, spill)
 
@@ -324,7 +328,6 @@ def streaming_pass(stream: TraceStream) -> Totals:
     waiting, self_device = links.waiting, totals.self_device
     busy = _Busy()
     busy_add, busy_pending, busy_limit = busy.add, busy.pending, 2 * REORDER_EVENTS
-    launch_limit = 2 * LAUNCH_WINDOW
     device_events = 0
     categories: set[str] = set()
     try:
@@ -369,7 +372,7 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     if thread is None:
                         thread = threads[key] = _Thread(totals)
                     thread.pending.append((event.ts, args.correlation))
-                    if len(thread.pending) >= launch_limit:
+                    if len(thread.pending) >= thread.check_at:
                         thread.place_pending(links, spill)
                 elif cat in DEVICE_CATEGORIES:
                     categories.add(cat)

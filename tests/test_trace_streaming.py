@@ -79,7 +79,14 @@ def device_first(events: list[dict]) -> list[dict]:
     return sorted(events, key=lambda e: e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"))
 
 
-@pytest.mark.parametrize("layout", [cpu_first, device_first], ids=lambda f: f.__name__)
+def runtime_first(events: list[dict]) -> list[dict]:
+    """Every runtime call before the operators around it."""
+    return sorted(events, key=lambda e: e.get("cat") not in ("cuda_runtime", "cuda_driver"))
+
+
+@pytest.mark.parametrize(
+    "layout", [cpu_first, device_first, runtime_first], ids=lambda f: f.__name__
+)
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_other_layouts_stream_to_the_same_numbers(path, layout, tmp_path, caplog) -> None:
     rewritten = rewrite(path, tmp_path / f"{layout.__name__}.json", layout)
