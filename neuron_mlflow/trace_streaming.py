@@ -40,7 +40,7 @@ import os
 import tempfile
 from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from neuron_mlflow.trace_reader import TraceStream
@@ -59,7 +59,7 @@ REORDER_EVENTS = 1 << 13  # device intervals held back to be merged in start ord
 LAUNCHES_IN_MEMORY = 1 << 15  # placed launches per in-memory generation
 
 
-class _Spill:
+class Spill:
     """One temporary file holding blocks of bytes, created on first use."""
 
     def __init__(self) -> None:
@@ -85,7 +85,7 @@ class _Spill:
             self.file.close()
 
 
-class _Thread:
+class Thread:
     """One thread's operator log, replayed in step with its runtime calls.
 
     Operators are logged as they arrive (start, duration, name id: 24 bytes each) and
@@ -105,13 +105,15 @@ class _Thread:
         "peek",
         "pending",
         "placed_until",
+        "spill",
         "stack",
         "starts",
         "totals",
     )
 
-    def __init__(self, totals: Totals) -> None:
+    def __init__(self, totals: Totals, spill: Spill) -> None:
         self.totals = totals
+        self.spill = spill
         self.last_start = -math.inf
         self.last_dur = 0.0
         self.pending: list[tuple[float, int]] = []  # (ts, correlation) of runtime calls
@@ -123,17 +125,17 @@ class _Thread:
         self.stack: list[tuple[float, int]] = []  # (end, name id) open at the replay point
         self.placed_until = -math.inf
 
-    def spill_tail(self, spill: _Spill) -> None:
+    def spill_tail(self) -> None:
         """Move the log's tail to the spill file (called when it reaches ``BLOCK_OPS``)."""
         data = self.starts.tobytes() + self.durs.tobytes() + self.names.tobytes()
-        self.blocks.append((*spill.write(data), len(self.starts)))
+        self.blocks.append((*self.spill.write(data), len(self.starts)))
         self.starts, self.durs, self.names = array("d"), array("d"), array("q")
 
-    def _load(self, spill: _Spill) -> bool:
+    def _load(self) -> bool:
         """Make the next unreplayed block of the log the replay's head."""
         if self.blocks:
             at, length, n = self.blocks.popleft()
-            data = spill.read(at, length)
+            data = self.spill.read(at, length)
             starts, durs, names = array("d"), array("d"), array("q")
             starts.frombytes(data[: 8 * n])
             durs.frombytes(data[8 * n : 16 * n])
@@ -146,11 +148,11 @@ class _Thread:
         self.head = zip(starts, durs, names)  # noqa: B905 (same length by construction)
         return True
 
-    def replay(self, until: float, spill: _Spill) -> None:
+    def replay(self, until: float) -> None:
         """Replay the logged operators that start at or before ``until``."""
         totals, stack = self.totals, self.stack
         count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
-        top_level, span_end = 0, totals.span_end
+        top_level, span_start, span_end = 0, totals.span_start, totals.span_end
         if self.peek is not None:
             ops: Iterator[tuple[float, float, int]] = itertools.chain((self.peek,), self.head)
             self.peek = None
@@ -173,17 +175,19 @@ class _Thread:
                     top_level += 1
                 end = start + dur
                 stack.append((end, index))
+                if start < span_start:
+                    span_start = start
                 if end > span_end:
                     span_end = end
             else:
-                if self._load(spill):
+                if self._load():
                     ops = self.head
                     continue
             break
         totals.top_level += top_level
-        totals.span_end = span_end
+        totals.span_start, totals.span_end = span_start, span_end
 
-    def place_pending(self, links: _Links, spill: _Spill, final: bool = False) -> None:
+    def place_pending(self, links: Links, final: bool = False) -> None:
         """Place the waiting runtime calls that all later operators start after.
 
         Unless ``final``, the latest ``LAUNCH_WINDOW`` calls keep waiting, so calls written
@@ -197,7 +201,7 @@ class _Thread:
             raise OutOfOrder("runtime calls of a thread out of time order beyond the window")
         stack = self.stack
         for ts, correlation in pending[:ready]:
-            self.replay(ts, spill)
+            self.replay(ts)
             while stack and stack[-1][0] < ts:  # ended before the call
                 stack.pop()
             links.launch(correlation, stack[-1][1] if stack else -1)
@@ -206,10 +210,10 @@ class _Thread:
         # calls written before their operators cannot be placed yet: wait for twice as many
         self.check_at = max(2 * LAUNCH_WINDOW, 2 * len(self.pending))
         if final:
-            self.replay(math.inf, spill)
+            self.replay(math.inf)
 
 
-class _Links:
+class Links:
     """Runtime call -> operator links joined with device events, in bounded memory.
 
     Whichever of a launch and its device events comes first waits for the other. Placed
@@ -217,7 +221,7 @@ class _Links:
     if some device event still waits at the end.
     """
 
-    def __init__(self, totals: Totals, spill: _Spill) -> None:
+    def __init__(self, totals: Totals, spill: Spill) -> None:
         self.totals = totals
         self.spill = spill
         self.spilled: list[tuple[int, int]] = []
@@ -225,7 +229,7 @@ class _Links:
         self.previous: dict[int, int] = {}
         self.waiting: dict[int, list[float]] = {}
 
-    def _attribute(self, name: int, durations: list[float]) -> None:
+    def _attribute(self, name: int, durations: Sequence[float]) -> None:
         if name >= 0:
             self.totals.self_device[name] += sum(durations)
             self.totals.attributed += len(durations)
@@ -242,6 +246,16 @@ class _Links:
         if waiting:
             self._attribute(name, waiting)
 
+    def device(self, correlation: int, duration: float) -> None:
+        """A device event of ``duration`` us, launched by runtime call ``correlation``."""
+        name = self.current.get(correlation)
+        if name is None:
+            name = self.previous.get(correlation)
+        if name is None:
+            self.waiting.setdefault(correlation, []).append(duration)
+        else:
+            self._attribute(name, (duration,))
+
     def finish(self) -> None:
         """Link device events that still wait to launches spilled earlier."""
         for at, length in self.spilled:
@@ -255,7 +269,7 @@ class _Links:
                     self._attribute(name, waiting)
 
 
-class _Busy:
+class Busy:
     """Union of device intervals, merged in start order.
 
     Intervals collect in a list; when it holds ``2 * REORDER_EVENTS`` it is sorted and the
@@ -263,7 +277,7 @@ class _Busy:
     merge exactly.
 
     Example:
-        >>> busy = _Busy()
+        >>> busy = Busy()
         >>> for start, end in [(0, 10), (20, 30), (5, 12), (40, 50)]:
         ...     busy.add((start, end))
         >>> busy.pct()
@@ -320,49 +334,41 @@ def streaming_pass(stream: TraceStream) -> Totals:
         TraceFormatError: the file is truncated or malformed.
     """
     totals = Totals()
-    ids: dict[str, int] = {}
-    kernel_us = totals.kernel_us
-    spill = _Spill()
-    threads: dict[tuple[Any, Any], _Thread] = {}
-    links = _Links(totals, spill)
-    waiting, self_device = links.waiting, totals.self_device
-    busy = _Busy()
+    ids = totals.ids
+    spill = Spill()
+    threads: dict[tuple[Any, Any], Thread] = {}
+    links = Links(totals, spill)
+    busy = Busy()
     busy_add, busy_pending, busy_limit = busy.add, busy.pending, 2 * REORDER_EVENTS
-    device_events = 0
-    categories: set[str] = set()
     try:
         for batch in stream.batches():
             for event in batch:
                 if event is None or event.ph != "X":
                     continue
                 cat = event.cat
-                if cat in OP_CATEGORIES:
+                if cat in OP_CATEGORIES:  # the hot path: kept inline
                     name, start, dur = event.name, event.ts, event.dur
                     if name.startswith(STEP_MARKER):
-                        if cat == "user_annotation":
-                            totals.steps += 1
-                            totals.step_us += dur
+                        totals.step_marker(cat, dur)
                         continue
                     key = (event.pid, event.tid)
                     thread = threads.get(key)
                     if thread is None:
-                        thread = threads[key] = _Thread(totals)
+                        thread = threads[key] = Thread(totals, spill)
                     if start <= thread.last_start and (
                         start < thread.last_start or dur > thread.last_dur
                     ):
                         raise OutOfOrder(f"operators of thread {key} out of start order")
-                    if thread.last_start == -math.inf:  # its first operator: the earliest
-                        totals.span_start = min(totals.span_start, start)
                     thread.last_start = start
                     thread.last_dur = dur
                     index = ids.get(name)
                     if index is None:
-                        index = totals.name_id(ids, name)
+                        index = totals.add_name(name)
                     thread.starts.append(start)
                     thread.durs.append(dur)
                     thread.names.append(index)
                     if len(thread.starts) >= BLOCK_OPS:
-                        thread.spill_tail(spill)
+                        thread.spill_tail()
                 elif cat in RUNTIME_CATEGORIES:
                     args = event.args
                     if args is None or args.correlation is None:
@@ -370,38 +376,21 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     key = (event.pid, event.tid)
                     thread = threads.get(key)
                     if thread is None:
-                        thread = threads[key] = _Thread(totals)
+                        thread = threads[key] = Thread(totals, spill)
                     thread.pending.append((event.ts, args.correlation))
                     if len(thread.pending) >= thread.check_at:
-                        thread.place_pending(links, spill)
+                        thread.place_pending(links)
                 elif cat in DEVICE_CATEGORIES:
-                    categories.add(cat)
-                    device_events += 1
-                    name, start, dur = event.name, event.ts, event.dur
-                    index = ids.get(name)
-                    if index is None:
-                        index = totals.name_id(ids, name)
-                    kernel_us[index] = kernel_us.get(index, 0.0) + dur
-                    busy_add((start, start + dur))
+                    totals.device_event(cat, event.name, event.dur)
+                    busy_add((event.ts, event.ts + event.dur))
                     if len(busy_pending) >= busy_limit:
                         busy.flush()
-                    args = event.args
-                    if args is not None and args.correlation is not None:
-                        correlation = args.correlation
-                        index = links.current.get(correlation)
-                        if index is None:
-                            index = links.previous.get(correlation)
-                        if index is None:
-                            waiting.setdefault(correlation, []).append(dur)
-                        elif index >= 0:
-                            self_device[index] += dur
-                            totals.attributed += 1
+                    if event.args is not None and event.args.correlation is not None:
+                        links.device(event.args.correlation, event.dur)
         for thread in threads.values():
-            thread.place_pending(links, spill, final=True)
+            thread.place_pending(links, final=True)
         links.finish()
     finally:
         spill.close()
-    totals.device_events = device_events
-    totals.labels = {DEVICE_CATEGORIES[cat] for cat in categories}
     totals.busy_pct = busy.pct()
     return totals

@@ -12,7 +12,7 @@ What is summarised:
 
 How: one streamed pass that aggregates as it reads, in memory that stays flat as files grow
 (:mod:`neuron_mlflow.trace_streaming`); a file whose events are out of the order trace
-writers use is read again by an exact pass that keeps every interval in typed arrays
+writers use is read again by an exact pass that keeps every event and sorts them first
 (:mod:`neuron_mlflow.trace_buffered`).
 
 Categories by backend: ``kernel``/``gpu_memcpy``/``gpu_memset`` + ``cuda_runtime``/
@@ -76,10 +76,11 @@ class TraceResult:
 def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceResult:
     """Summarise one trace file.
 
-    Memory stays small and flat: operators are aggregated as they are read (a stack per
-    thread), launches and device events are joined as they meet, and device intervals are
-    merged as they go. Files that do not keep each thread's operators in start order are
-    read a second time by an exact pass that keeps every interval in typed arrays.
+    Memory stays small and flat: each thread's operators are logged and replayed in step
+    with its runtime calls (what waits spills to disk), launches and device events are
+    joined as they meet, and device intervals are merged as they go. Files that do not keep
+    each thread's operators in start order are read a second time by an exact pass that
+    keeps every event and sorts them first.
 
     Args:
         path: ``.json`` or ``.json.gz`` Chrome/Kineto trace.
