@@ -133,7 +133,7 @@ def generate(path: Path, size_mb: int, cpu_first: bool = False) -> int:
 def worker(kind: str, path: str) -> None:
     """Parse once in this process; imports happen before the clock starts."""
     if kind == "neuron-mlflow":
-        from neuron_mlflow.trace_summary import summarize_trace
+        from neuron_mlflow.trace.summarize import summarize_trace
 
         start = time.perf_counter()
         summarize_trace(path)

@@ -13,35 +13,41 @@ import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 # Public name -> the module that holds it. Loaded on first use, so that importing one
-# module (``neuron_mlflow.trace_summary`` for the CLI's ``summarize``, say) pulls in only
+# module (``neuron_mlflow.trace.summarize`` for the CLI's ``summarize``, say) pulls in only
 # what it needs, not pydantic or Lightning.
 _EXPORTS = {
     "BackendUnavailableError": "neuron_mlflow.errors",
     "ConfigError": "neuron_mlflow.errors",
     "NeuronMlflowError": "neuron_mlflow.errors",
-    "NeuronMlflowWarning": "neuron_mlflow.session",
+    "NeuronMlflowWarning": "neuron_mlflow.errors",
     "NeuronOptions": "neuron_mlflow.config",
-    "NeuronProfilerCallback": "neuron_mlflow.callback",
-    "OpStats": "neuron_mlflow.summary",
-    "OpSummary": "neuron_mlflow.summary",
-    "Profiler": "neuron_mlflow.decorator",
+    "NeuronProfilerCallback": "neuron_mlflow.integrations.lightning",
+    "OpStats": "neuron_mlflow.summary.ops",
+    "OpSummary": "neuron_mlflow.summary.ops",
+    "Profiler": "neuron_mlflow.integrations.decorator",
     "ProfilerConfig": "neuron_mlflow.config",
-    "ProfilingSession": "neuron_mlflow.session",
+    "ProfilingSession": "neuron_mlflow.engine.session",
     "Schedule": "neuron_mlflow.config",
-    "SyncReport": "neuron_mlflow.mlflow_sink",
-    "profile": "neuron_mlflow.decorator",
-    "render_side_by_side": "neuron_mlflow.summary",
-    "sync_pending": "neuron_mlflow.mlflow_sink",
+    "SyncReport": "neuron_mlflow.sinks.mlflow_sink",
+    "profile": "neuron_mlflow.integrations.decorator",
+    "render_side_by_side": "neuron_mlflow.summary.tables",
+    "sync_pending": "neuron_mlflow.sinks.mlflow_sink",
 }
 
 if _TYPE_CHECKING:
-    from neuron_mlflow.callback import NeuronProfilerCallback
     from neuron_mlflow.config import NeuronOptions, ProfilerConfig, Schedule
-    from neuron_mlflow.decorator import Profiler, profile
-    from neuron_mlflow.errors import BackendUnavailableError, ConfigError, NeuronMlflowError
-    from neuron_mlflow.mlflow_sink import SyncReport, sync_pending
-    from neuron_mlflow.session import NeuronMlflowWarning, ProfilingSession
-    from neuron_mlflow.summary import OpStats, OpSummary, render_side_by_side
+    from neuron_mlflow.engine.session import ProfilingSession
+    from neuron_mlflow.errors import (
+        BackendUnavailableError,
+        ConfigError,
+        NeuronMlflowError,
+        NeuronMlflowWarning,
+    )
+    from neuron_mlflow.integrations.decorator import Profiler, profile
+    from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
+    from neuron_mlflow.sinks.mlflow_sink import SyncReport, sync_pending
+    from neuron_mlflow.summary.ops import OpStats, OpSummary
+    from neuron_mlflow.summary.tables import render_side_by_side
 
 
 def __getattr__(name: str) -> object:

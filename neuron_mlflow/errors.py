@@ -1,13 +1,23 @@
-"""Errors raised by neuron-mlflow.
+"""Errors and warnings of neuron-mlflow: the one tree every exception class of the package is in.
 
 The hierarchy::
 
-    NeuronMlflowError                 base of everything raised here
-    ├── ConfigError (ValueError)      a configuration value is invalid
-    └── BackendUnavailableError       the requested backend cannot run on this machine
+    NeuronMlflowError                    base of everything raised here
+    ├── ConfigError (ValueError)         a configuration value is invalid
+    ├── BackendUnavailableError          the requested backend cannot run on this machine
+    │   (RuntimeError)
+    ├── TraceFormatError (ValueError)    a trace file is truncated or not a Chrome/Kineto trace
+    ├── IngestError (ValueError)         bad input to ``ingest``: no traces, an unknown run
+    ├── CompareError (ValueError)        a run cannot be compared: unknown id, no profile
+    ├── DownloadError (ValueError)       the run or window to download does not exist
+    └── OutOfOrder                       internal: the trace engine's streaming pass hands over
+                                         to the exact buffered pass (never reaches users)
+
+    NeuronMlflowWarning (UserWarning)    our own code failed; the user's job goes on
 
 Every message has three parts: what was wrong, the value received, and the allowed
-values or the next step.
+values or the next step. The CLI maps ``ConfigError``, ``TraceFormatError``, ``IngestError``,
+``CompareError`` and ``DownloadError`` to exit code 2.
 
 Example:
     >>> from neuron_mlflow.errors import ConfigError, NeuronMlflowError
@@ -57,5 +67,61 @@ class BackendUnavailableError(NeuronMlflowError, RuntimeError):
     Example:
         >>> err = BackendUnavailableError("backend='cuda' needs a CUDA device; none is visible")
         >>> isinstance(err, RuntimeError)
+        True
+    """
+
+
+class TraceFormatError(NeuronMlflowError, ValueError):
+    """A trace file is truncated or is not a Chrome/Kineto JSON trace.
+
+    Example:
+        >>> str(TraceFormatError("t.json: truncated at offset 12"))
+        't.json: truncated at offset 12'
+    """
+
+
+class IngestError(NeuronMlflowError, ValueError):
+    """Bad input to ``ingest`` (exit code 2): no traces, an unknown run.
+
+    Example:
+        >>> isinstance(IngestError("no trace files found"), ValueError)
+        True
+    """
+
+
+class CompareError(NeuronMlflowError, ValueError):
+    """A run cannot be compared: unknown id, or no profile metrics (exit code 2).
+
+    Example:
+        >>> str(CompareError("run 'x' was not found"))
+        "run 'x' was not found"
+    """
+
+
+class DownloadError(NeuronMlflowError, ValueError):
+    """The run or window to download does not exist (exit code 2).
+
+    Example:
+        >>> isinstance(DownloadError("no window"), NeuronMlflowError)
+        True
+    """
+
+
+class OutOfOrder(NeuronMlflowError):
+    """The streaming pass met events it cannot place exactly; the buffered pass takes over.
+
+    Internal control flow of the trace engine: ``summarize_trace`` catches it.
+
+    Example:
+        >>> str(OutOfOrder("operators of thread (1, 1) out of start order"))
+        'operators of thread (1, 1) out of start order'
+    """
+
+
+class NeuronMlflowWarning(UserWarning):
+    """Warning for failures of neuron-mlflow's own code; the user's job goes on.
+
+    Example:
+        >>> issubclass(NeuronMlflowWarning, UserWarning)
         True
     """

@@ -30,7 +30,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 
-from neuron_mlflow.summary import OpSummary
+from neuron_mlflow.summary.ops import OpSummary
 
 MAX_KEY_CHARS = 120
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -133,7 +133,7 @@ def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, flo
         Metric name to value.
 
     Example:
-        >>> from neuron_mlflow.summary import RawOp, build_summary
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
         >>> s = build_summary([RawOp("aten::mul", 2, 4.0, 4.0)], 2, 2, 10.0)
         >>> sorted(window_metrics(s, "profile", top_k=5))  # doctest: +NORMALIZE_WHITESPACE
         ['profile/cpu_time_us', 'profile/op/aten.mul/calls', 'profile/op/aten.mul/self_cpu_us',

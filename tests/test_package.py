@@ -66,7 +66,7 @@ def test_readme_documents_every_config_field() -> None:
 
 def test_readme_documents_every_core_metric() -> None:
     from neuron_mlflow.naming import window_metrics
-    from neuron_mlflow.summary import RawOp, build_summary
+    from neuron_mlflow.summary.ops import RawOp, build_summary
 
     summary = build_summary([RawOp("aten::mm", 1, 1.0, 1.0, 2.0, 2.0)], 1, 1, 3.0, "CUDA")
     readme = (ROOT / "README.md").read_text()

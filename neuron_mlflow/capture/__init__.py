@@ -1,0 +1,1 @@
+"""Capture: the profiling backends (``cpu``, ``cuda``, ``neuron``) and reading a live window."""

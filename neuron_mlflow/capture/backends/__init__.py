@@ -1,0 +1,71 @@
+"""Profiling backends and how one is chosen.
+
+``auto`` picks ``neuron``, then ``cuda``, then ``cpu``: the first whose
+``unavailable_reason()`` is ``None``.
+
+Example:
+    >>> resolve_backend("cpu").name
+    'cpu'
+    >>> resolve_backend("auto").name in {"cpu", "cuda"}
+    True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.backends.cpu import CpuBackend
+from neuron_mlflow.capture.backends.cuda import CudaBackend
+from neuron_mlflow.capture.backends.neuron import NeuronBackend
+from neuron_mlflow.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from neuron_mlflow.config import ProfilerConfig
+
+__all__ = ["BACKENDS", "AUTO_ORDER", "Backend", "resolve_backend"]
+
+BACKENDS: dict[str, type[Backend]] = {
+    "cpu": CpuBackend,
+    "cuda": CudaBackend,
+    "neuron": NeuronBackend,
+}
+"""Backends by name."""
+
+AUTO_ORDER = ("neuron", "cuda", "cpu")
+"""The order in which ``auto`` tries backends."""
+
+
+def resolve_backend(name: str, config: ProfilerConfig | None = None) -> Backend:
+    """Return a ready backend for ``name`` (``auto``, ``neuron``, ``cuda`` or ``cpu``).
+
+    Args:
+        name: the backend name.
+        config: the profiling configuration the backend serves (Neuron options, tags).
+
+    Raises:
+        BackendUnavailableError: the backend cannot run here; the message says what is
+            missing.
+        ConfigError: ``name`` is not a backend name.
+
+    Example:
+        >>> resolve_backend("tpu")
+        Traceback (most recent call last):
+        ...
+        neuron_mlflow.errors.ConfigError: unknown backend 'tpu'; allowed: auto, neuron, cuda, cpu
+    """
+    from neuron_mlflow.errors import ConfigError
+
+    if name == "auto":
+        for candidate in AUTO_ORDER:
+            cls = BACKENDS.get(candidate)
+            if cls is not None and cls.unavailable_reason() is None:
+                return cls(config)
+        return CpuBackend(config)
+    cls = BACKENDS.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown backend {name!r}; allowed: auto, neuron, cuda, cpu")
+    reason = cls.unavailable_reason()
+    if reason is not None:
+        raise BackendUnavailableError(reason)
+    return cls(config)

@@ -1,0 +1,86 @@
+"""The small interface every profiling backend implements.
+
+A backend says which ``torch.profiler`` activities to record, which extra keyword arguments
+the profiler needs, how a finished window's trace is written, how to wait for the device,
+what to call the device in tables, and how to describe itself in run tags.
+
+Example:
+    >>> from neuron_mlflow.capture.backends.cpu import CpuBackend
+    >>> backend = CpuBackend()
+    >>> backend.name, backend.device_label
+    ('cpu', None)
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch.profiler
+
+    from neuron_mlflow.capture.profile_reader import CapturedStats
+    from neuron_mlflow.config import ProfilerConfig
+
+
+class Backend(abc.ABC):
+    """A profiling backend: ``cpu``, ``cuda`` (and ``neuron``).
+
+    Class attributes:
+        name: the ``ProfilerConfig.backend`` value that selects it.
+        device_label: column label of device time (``CUDA``, ``NEURON``), ``None`` if CPU-only.
+    """
+
+    name: ClassVar[str]
+    device_label: ClassVar[str | None] = None
+
+    def __init__(self, config: ProfilerConfig | None = None) -> None:
+        self.config = config
+
+    @classmethod
+    @abc.abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """``None`` when the backend can run here, else what is missing and how to get it."""
+
+    @abc.abstractmethod
+    def activities(self) -> list[torch.profiler.ProfilerActivity]:
+        """``torch.profiler`` activities to record."""
+
+    def profiler_kwargs(self, config: ProfilerConfig, output_dir: Path) -> dict[str, Any]:
+        """Extra keyword arguments for ``torch.profiler.profile`` (e.g. ``experimental_config``).
+
+        Args:
+            config: the profiling configuration.
+            output_dir: the window's trace folder, where the backend writes its output.
+        """
+        return {}
+
+    def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
+        """Write the window's trace into ``output_dir`` (the ``on_trace_ready`` work).
+
+        The default is torch's own Chrome-trace export, gzip-compressed, named
+        ``<host>_<pid>.<ns>.pt.trace.json.gz`` by ``torch.profiler.tensorboard_trace_handler``.
+        """
+        import torch.profiler
+
+        torch.profiler.tensorboard_trace_handler(str(output_dir), use_gzip=True)(prof)
+
+    def synchronize(self) -> None:  # noqa: B027 - optional hook, CPU needs nothing
+        """Wait for queued device work, so that a step's device time falls inside it."""
+
+    def refine_device_time(
+        self, stats: CapturedStats, trace_dir: Path
+    ) -> tuple[CapturedStats, str | None]:
+        """Where the window's device time comes from: ``key_averages``, ``trace`` or ``none``
+        (``None`` for a backend without device time). The Neuron backend falls back to the
+        trace's device events here."""
+        if self.device_label is None:
+            return stats, None
+        rows = stats.device_rows or stats.cpu_ops
+        measured = any((row.self_device_us or 0.0) > 0 for row in rows)
+        return stats, "key_averages" if measured else "none"
+
+    def describe(self) -> dict[str, str]:
+        """Facts for run tags: at least ``backend`` and ``device``."""
+        return {"backend": self.name, "device": self.device_label or "CPU"}

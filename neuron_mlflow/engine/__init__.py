@@ -1,0 +1,1 @@
+"""The engine: a profiling session's window life cycle, window assembly, ingest of trace files."""

@@ -1,0 +1,180 @@
+"""Log trace files written elsewhere into MLflow, as a live window would be logged.
+
+Example:
+    >>> find_traces([Path("/nowhere")])
+    Traceback (most recent call last):
+    ...
+    neuron_mlflow.errors.IngestError: no such file or folder: /nowhere
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from neuron_mlflow.engine.environment import package_version
+from neuron_mlflow.errors import IngestError
+from neuron_mlflow.naming import metric_key, trace_folder, window_artifact_path, window_metrics
+from neuron_mlflow.sinks.spool import Spool, WindowRecord, write_summary_files
+from neuron_mlflow.trace.summarize import TraceResult, summarize_trace
+
+_NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
+
+
+def _looks_like_trace(path: Path) -> bool:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:  # type: ignore[operator]
+            head = handle.read(1 << 16)
+    except OSError:
+        return False
+    return '"traceEvents"' in head or head.lstrip().startswith("[")
+
+
+def find_traces(paths: Iterable[Path]) -> list[Path]:
+    """Trace files: each file given, and every ``.json``/``.json.gz`` trace under each folder.
+
+    Raises:
+        IngestError: a path does not exist, or no trace was found.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            candidates = sorted({*path.rglob("*.json"), *path.rglob("*.json.gz")})
+            found.extend(
+                c for c in candidates if c.name not in _NOT_TRACES and _looks_like_trace(c)
+            )
+        else:
+            raise IngestError(f"no such file or folder: {path}")
+    if not found:
+        raise IngestError("no trace files found (looked for .json and .json.gz with traceEvents)")
+    return found
+
+
+def _ranks(results: list[tuple[Path, TraceResult]]) -> dict[int, tuple[Path, TraceResult]]:
+    """Rank from each file's ``distributedInfo``; files without one (or repeating one) get
+    the next free numbers in file order."""
+    by_rank: dict[int, tuple[Path, TraceResult]] = {}
+    pending = []
+    for path, result in results:
+        if result.rank is not None and result.rank not in by_rank:
+            by_rank[result.rank] = (path, result)
+        else:
+            pending.append((path, result))
+    next_rank = 0
+    for item in pending:
+        while next_rank in by_rank:
+            next_rank += 1
+        by_rank[next_rank] = item
+    return dict(sorted(by_rank.items()))
+
+
+def spool_traces(
+    paths: list[Path], prefix: str, local_dir: Path, top_k: int = 20
+) -> tuple[WindowRecord, dict[int, tuple[Path, TraceResult]]]:
+    """Summarise the traces and write one window into the spool (pending upload).
+
+    The lowest rank's summary gives the window's metrics; every rank gets
+    ``P/rank/<r>/device_time_us`` (or ``cpu_time_us``) and ``P/rank/<r>/wall_time_us``;
+    ``P/device_busy_pct`` when there is device time. The files are copied unchanged under
+    ``traces/rank_<r>/``.
+    """
+    ranks = _ranks([(path, summarize_trace(path)) for path in paths])
+    main_rank = next(iter(ranks))
+    main = ranks[main_rank][1]
+    summary = main.summary
+    metrics: dict[str, float] = window_metrics(summary, prefix, top_k)
+    if main.device_busy_pct is not None and summary.device_time_us is not None:
+        metrics[metric_key(prefix, "device_busy_pct")] = main.device_busy_pct
+    for rank, (_, result) in ranks.items():
+        s = result.summary
+        name = "device_time_us" if s.device_time_us is not None else "cpu_time_us"
+        value = s.device_time_us if s.device_time_us is not None else s.cpu_time_us
+        metrics[metric_key(prefix, "rank", str(rank), name)] = value
+        metrics[metric_key(prefix, "rank", str(rank), "wall_time_us")] = s.wall_time_us
+    last = summary.steps - 1
+    artifact_path = window_artifact_path(prefix, 0, last)
+    tags = {
+        "neuron_mlflow.source": "ingest",
+        "neuron_mlflow.version": package_version(),
+        "neuron_mlflow.world_size": str(len(ranks)),
+    }
+    if summary.device_label:
+        tags["neuron_mlflow.device"] = summary.device_label
+    spool = Spool(local_dir.absolute())
+    record = spool.create_window(
+        spool.new_session_dir(),
+        artifact_path,
+        status="incomplete",
+        metrics=metrics,
+        params={},
+        tags=tags,
+        metric_step=last,
+        window={"index": 0, "first": 0, "last": last, "partial": False},
+    )
+    for rank, (path, _) in ranks.items():
+        target = record.artifacts_dir / trace_folder(rank)
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / path.name)
+    sources: dict[str, Any] = {
+        str(rank): {
+            "file": str(path),
+            "device_events": result.device_events,
+            "unattributed_device_events": result.unattributed_device_events,
+            "device_busy_pct": result.device_busy_pct,
+            "kernels": result.kernels,
+        }
+        for rank, (path, result) in ranks.items()
+    }
+    write_summary_files(
+        record.artifacts_dir,
+        summary,
+        f"{prefix}: {ranks[main_rank][0].name} (rank {main_rank})",
+        {"prefix": prefix, "window": record.manifest["window"], "ranks": sources},
+    )
+    record.update(status="pending")
+    return record, ranks
+
+
+def ingest(
+    paths: list[Path],
+    run_id: str | None = None,
+    experiment: str | None = None,
+    prefix: str = "profile",
+    local_dir: Path = Path("neuron_mlflow_traces"),
+    top_k: int = 20,
+) -> tuple[str, WindowRecord, dict[int, tuple[Path, TraceResult]]]:
+    """Spool the traces as one window and log it into ``run_id`` (or a new run).
+
+    The window is written to the spool first, so it survives an unreachable server.
+
+    Raises:
+        IngestError: no traces, or ``run_id`` does not exist.
+        TraceFormatError: a trace is truncated or malformed.
+        ConnectionError: the tracking server cannot be reached (the window stays pending).
+    """
+    from neuron_mlflow.sinks.mlflow_sink import MlflowSink
+
+    files = find_traces(paths)
+    record, ranks = spool_traces(files, prefix, local_dir, top_k)
+    sink = MlflowSink()
+    try:
+        sink.check_reachable()
+    except ConnectionError as exc:
+        raise ConnectionError(
+            f"{exc}; the window is kept at {record.path} (pending): "
+            "`neuron-mlflow sync` uploads it later"
+        ) from exc
+    if run_id is not None and not sink.run_exists(run_id):
+        raise IngestError(
+            f"run {run_id!r} was not found at {sink.tracking_uri} "
+            f"(the window stays in the spool at {record.path})"
+        )
+    target = run_id or sink.create_run(experiment, run_name="ingest", tags=record.manifest["tags"])
+    sink.upload(record, target)
+    return target, record, ranks

@@ -1,0 +1,185 @@
+"""The first front end: ``nm.profile`` as a decorator or a context manager.
+
+Each call of a decorated function is one step; in a ``with`` block, each ``prof.step()``
+ends one. The function returns what the original returns and raises what it raises.
+
+Example:
+    >>> import tempfile, torch
+    >>> import neuron_mlflow as nm
+    >>> @nm.profile(schedule=nm.Schedule(warmup=1, active=2), backend="cpu",
+    ...             local_dir=tempfile.mkdtemp(), name="double")
+    ... def double(x):
+    ...     return x * 2
+    >>> for _ in range(3):
+    ...     y = double(torch.ones(4))
+    >>> double.profiler.summary.op_calls, double.profiler.prefix
+    (1.0, 'profile/double')
+    >>> double.profiler.run_id is not None
+    True
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import re
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.session import ProfilingSession
+from neuron_mlflow.errors import ConfigError
+from neuron_mlflow.summary.ops import OpSummary
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_open_profilers: weakref.WeakSet[Profiler] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_profilers() -> None:
+    for profiler in list(_open_profilers):
+        profiler.close()
+
+
+class Profiler:
+    """A profiling session usable as a decorator or a context manager.
+
+    Build it with :func:`profile`. As a decorator, each call of the function is one step;
+    as a context manager, call :meth:`step` after each iteration.
+
+    Attributes:
+        config: the effective configuration.
+        prefix: the metric prefix ``P``.
+        session: the engine.
+    """
+
+    def __init__(
+        self,
+        config: ProfilerConfig | None = None,
+        *,
+        name: str | None = None,
+        run_id: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        base = config if config is not None else ProfilerConfig()
+        self.config = base.with_overrides(**overrides)
+        if name is not None and not _NAME.match(name):
+            raise ConfigError(
+                f"invalid profile name {name!r}: it becomes part of the metric prefix; "
+                "allowed characters are letters, digits, '_', '.' and '-'"
+            )
+        self.prefix = f"{self.config.metric_prefix}/{name}" if name else self.config.metric_prefix
+        self.session = ProfilingSession(self.config, prefix=self.prefix, run_id=run_id)
+        _open_profilers.add(self)
+
+    @property
+    def summary(self) -> OpSummary | None:
+        """The op summary of the last finished window (``None`` before the first)."""
+        return self.session.summary
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run the last window was logged to (``None`` if none was logged)."""
+        return self.session.run_id
+
+    def step(self) -> None:
+        """End one step and begin the next (inside a ``with`` block)."""
+        self.session.step()
+
+    def close(self) -> None:
+        """Stop a window still open (logged as partial). Idempotent."""
+        self.session.close()
+        _open_profilers.discard(self)
+
+    def __enter__(self) -> Profiler:
+        self.session.begin_step()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:
+            self.session.abort(exc)
+        self.close()
+
+    def __call__(self, fn: F) -> F:
+        """Decorate ``fn``: each call is one step. ``fn.profiler`` is this profiler."""
+        session = self.session
+        call_name = getattr(fn, "__qualname__", None) or repr(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            session.begin_step(call_name)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                session.abort(exc)
+                raise
+            session.end_step()
+            return result
+
+        wrapper.profiler = self  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+
+@overload
+def profile(fn: F, /) -> F: ...
+
+
+@overload
+def profile(
+    fn: None = None,
+    /,
+    *,
+    config: ProfilerConfig | None = None,
+    name: str | None = None,
+    run_id: str | None = None,
+    **overrides: Any,
+) -> Profiler: ...
+
+
+def profile(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    config: ProfilerConfig | None = None,
+    name: str | None = None,
+    run_id: str | None = None,
+    **overrides: Any,
+) -> Any:
+    """Profile a function (decorator) or a block (context manager) into MLflow.
+
+    Args:
+        fn: the function, when used bare as ``@nm.profile``.
+        config: base configuration; defaults to ``ProfilerConfig()`` (environment, YAML file).
+        name: metric prefix becomes ``<metric_prefix>/<name>``.
+        run_id: the run to log into when no MLflow run is active.
+        **overrides: ``ProfilerConfig`` fields overriding ``config``.
+
+    Returns:
+        The wrapped function (bare use) or a :class:`Profiler`.
+
+    Raises:
+        ConfigError: an override or ``name`` is invalid.
+        BackendUnavailableError: the backend cannot run here.
+
+    Example:
+        >>> import tempfile, torch
+        >>> import neuron_mlflow as nm
+        >>> with nm.profile(backend="cpu", local_dir=tempfile.mkdtemp(),
+        ...                 schedule=nm.Schedule(warmup=0, active=2)) as prof:
+        ...     for _ in range(2):
+        ...         _ = torch.ones(3) + 1
+        ...         prof.step()
+        >>> prof.summary.steps
+        2
+    """
+    if fn is not None:
+        if not callable(fn):
+            raise TypeError(
+                f"profile() takes a function or keyword arguments only; got {fn!r}. "
+                "Use @nm.profile or @nm.profile(backend='cpu', ...)"
+            )
+        return Profiler(config, name=name, run_id=run_id, **overrides)(fn)
+    return Profiler(config, name=name, run_id=run_id, **overrides)

@@ -1,0 +1,1 @@
+"""Where windows go: the local spool, MLflow (upload, sync, reading profiles back, downloads)."""

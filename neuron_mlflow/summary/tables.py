@@ -1,0 +1,151 @@
+"""Renderings of an op summary: Markdown in the seed's layout, CSV, and the side-by-side table.
+
+Example:
+    >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+    >>> s = build_summary([RawOp("aten::mul", 1, 2.0, 2.0)], 1, 1, 1.0)
+    >>> render_markdown(s).splitlines()[0]
+    '| Name | Calls | Self CPU | CPU % |'
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from neuron_mlflow.summary.ops import OpSummary
+
+
+def format_us(us: float) -> str:
+    """Format microseconds the way ``key_averages().table()`` does (us, ms or s).
+
+    Example:
+        >>> format_us(60.94), format_us(2354.9), format_us(2_500_000)
+        ('60.9 us', '2.355 ms', '2.500 s')
+    """
+    if us < 1000:
+        return f"{us:.1f} us"
+    if us < 1_000_000:
+        return f"{us / 1000:.3f} ms"
+    return f"{us / 1_000_000:.3f} s"
+
+
+def _calls(value: float) -> str:
+    return f"{value:g}"
+
+
+def render_markdown(summary: OpSummary, title: str | None = None) -> str:
+    """Render the summary as a Markdown table in the seed's layout, with totals below.
+
+    Columns: Name, Calls, Self CPU, Self <DEVICE>, <DEVICE> % (device columns only when device
+    time was measured; otherwise CPU %).
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> s = build_summary([RawOp("aten::mul", 3, 60.9, 60.9, 1164.5, 1164.5)], 1, 1, 1.0,
+        ...                   device_label="NEURON")
+        >>> print(render_markdown(s).splitlines()[0])
+        | Name | Calls | Self CPU | Self NEURON | NEURON % |
+    """
+    lines = [f"## {title}", ""] if title else []
+    label = summary.device_label
+    if summary.has_device_time:
+        lines.append(f"| Name | Calls | Self CPU | Self {label} | {label} % |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for op in summary.ops:
+            lines.append(
+                f"| {op.name} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
+                f"| {format_us(op.self_device_us or 0.0)} | {op.device_pct or 0.0:.1f} % |"
+            )
+    else:
+        lines.append("| Name | Calls | Self CPU | CPU % |")
+        lines.append("|---|---:|---:|---:|")
+        for op in summary.ops:
+            lines.append(
+                f"| {op.name} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
+                f"| {op.cpu_pct:.1f} % |"
+            )
+    lines.append("")
+    lines.append(f"Per profiled step, over {summary.steps} step(s):")
+    lines.append("")
+    lines.append(f"- Self CPU time total: {format_us(summary.cpu_time_us)}")
+    if summary.has_device_time:
+        lines.append(f"- Self {label} time total: {format_us(summary.device_time_us or 0.0)}")
+    elif summary.device_note:
+        lines.append(f"- {summary.device_note}")
+    lines.append(f"- Wall time: {format_us(summary.wall_time_us)}")
+    lines.append(f"- Op calls (top-level dispatches): {_calls(summary.op_calls)}")
+    if summary.partial:
+        lines.append("- Partial window: it ended before its last scheduled step")
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
+    """Every operator as CSV, one row each, with its metric key.
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> s = build_summary([RawOp("aten::mul", 1, 2.0, 2.0)], 1, 1, 1.0)
+        >>> render_csv(s, {"aten::mul": "aten.mul"}).splitlines()[1]
+        'aten::mul,aten.mul,1.0,2.0,2.0,100.0,,,'
+    """
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "name",
+            "key",
+            "calls",
+            "self_cpu_us",
+            "cpu_total_us",
+            "cpu_pct",
+            "self_device_us",
+            "device_total_us",
+            "device_pct",
+        ]
+    )
+    for op in summary.ops:
+        writer.writerow(
+            [
+                op.name,
+                keys.get(op.name, ""),
+                op.calls,
+                op.self_cpu_us,
+                op.cpu_total_us,
+                op.cpu_pct,
+                "" if op.self_device_us is None else op.self_device_us,
+                "" if op.device_total_us is None else op.device_total_us,
+                "" if op.device_pct is None else op.device_pct,
+            ]
+        )
+    return out.getvalue()
+
+
+def render_side_by_side(summaries: dict[str, OpSummary]) -> str:
+    """The seed's side-by-side table of variants: device time, self CPU time, op calls, wall.
+
+    Args:
+        summaries: variant name to its window summary, in display order.
+
+    Returns:
+        A Markdown table; device time shows ``n/a`` where none was measured.
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> s = build_summary([RawOp("aten::_fused_rms_norm", 1, 47.6, 47.6, 403.3, 403.3)],
+        ...                   1, 1, 500.0, device_label="NEURON")
+        >>> print(render_side_by_side({"rms_norm": s}).splitlines()[2])
+        | rms_norm | 403.3 | 47.6 | 1 | 500.0 |
+    """
+    lines = [
+        "| variant | device time (us) | self CPU (us) | op calls | wall time (us) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for variant, s in summaries.items():
+        device = f"{s.device_time_us:.1f}" if s.device_time_us is not None else "n/a"
+        lines.append(
+            f"| {variant} | {device} | {s.cpu_time_us:.1f} | {_calls(s.op_calls)} "
+            f"| {s.wall_time_us:.1f} |"
+        )
+    if not any(s.has_device_time for s in summaries.values()):
+        lines += ["", "Device time was not measured (CPU backend)."]
+    return "\n".join(lines) + "\n"

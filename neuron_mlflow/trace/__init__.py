@@ -1,0 +1,1 @@
+"""Trace files: the streaming reader and the passes that summarise a Chrome/Kineto trace."""

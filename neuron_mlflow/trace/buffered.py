@@ -1,0 +1,91 @@
+"""The buffered trace pass: exact for files in any order, memory in proportion to the file.
+
+Every operator interval, runtime call and device event is kept (operators in typed arrays,
+24 bytes each); at the end each thread's operators are sorted into start order (ties: the
+longer one first, so a parent comes before a child that starts with it) and its runtime
+calls into time order, and the streaming pass's own machinery
+(:mod:`neuron_mlflow.trace.streaming`) places them: one definition of the call tree, the
+launch links and the busy time for both passes.
+:func:`neuron_mlflow.trace.summarize.summarize_trace` uses this pass for files the streaming
+pass cannot place in order.
+
+Example:
+    >>> import json, tempfile
+    >>> from pathlib import Path
+    >>> from neuron_mlflow.trace.reader import TraceStream
+    >>> path = Path(tempfile.mkdtemp()) / "t.json"
+    >>> _ = path.write_text(json.dumps([  # the child is written before its parent
+    ...     {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": 1, "tid": 1, "ts": 2, "dur": 3},
+    ...     {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+    ... ]))
+    >>> totals = buffered_pass(TraceStream(path, typed=True))
+    >>> totals.names, totals.self_cpu, totals.top_level
+    (['inner', 'outer'], [3.0, 7.0], 1)
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import numpy as np
+
+from neuron_mlflow.trace.reader import TraceStream
+from neuron_mlflow.trace.streaming import Busy, Links, Spill, Thread
+from neuron_mlflow.trace.totals import (
+    DEVICE_CATEGORIES,
+    OP_CATEGORIES,
+    RUNTIME_CATEGORIES,
+    STEP_MARKER,
+    Totals,
+)
+
+
+def buffered_pass(stream: TraceStream) -> Totals:
+    """Read ``stream`` keeping every event, then place them in order."""
+    totals = Totals()
+    spill = Spill()  # the machinery's; nothing spills here
+    threads: dict[tuple[Any, Any], Thread] = {}
+    links = Links(totals, spill)
+    busy = Busy()
+
+    def thread_of(event: Any) -> Thread:
+        key = (event.pid, event.tid)
+        if key not in threads:
+            threads[key] = Thread(totals, spill)
+        return threads[key]
+
+    try:
+        for event in stream:
+            if event.ph != "X":
+                continue
+            cat = event.cat
+            if cat in OP_CATEGORIES:
+                if event.name.startswith(STEP_MARKER):
+                    totals.step_marker(cat, event.dur)
+                    continue
+                thread = thread_of(event)
+                thread.starts.append(event.ts)
+                thread.durs.append(event.dur)
+                thread.names.append(totals.name_id(event.name))
+            elif cat in RUNTIME_CATEGORIES:
+                if event.args is not None and event.args.correlation is not None:
+                    thread_of(event).pending.append((event.ts, event.args.correlation))
+            elif cat in DEVICE_CATEGORIES:
+                totals.device_event(cat, event.name, event.dur)
+                busy.add((event.ts, event.ts + event.dur))
+                if event.args is not None and event.args.correlation is not None:
+                    links.device(event.args.correlation, event.dur)
+        for thread in threads.values():
+            starts, durs = np.array(thread.starts), np.array(thread.durs)
+            names = np.array(thread.names)
+            order = np.lexsort((-durs, starts))  # stable: file order breaks exact ties
+            thread.starts = array("d", starts[order].tobytes())
+            thread.durs = array("d", durs[order].tobytes())
+            thread.names = array("q", names[order].tobytes())
+            thread.place_pending(links, final=True)
+        links.finish()
+    finally:
+        spill.close()
+    totals.busy_pct = busy.pct()
+    return totals

@@ -1,0 +1,137 @@
+"""Per-op summaries from trace files of any accelerator, the same as a live window's.
+
+What is summarised:
+
+- self CPU time per operator from the ``cpu_op`` (and ``user_annotation``) call tree of each
+  thread; ``ProfilerStep#N`` markers are transparent and excluded;
+- top-level operator calls: operators with no parent but a step marker;
+- device time per operator: each device event is linked by ``args.correlation`` to the
+  runtime call that launched it, and that call to the innermost operator around it;
+- per-kernel totals, device events left unattributed, and device busy time vs idle gaps
+  (``P/device_busy_pct``: the union of device intervals over their span).
+
+How: one streamed pass that aggregates as it reads, in memory that stays flat as files grow
+(:mod:`neuron_mlflow.trace.streaming`); a file whose events are out of the order trace
+writers use is read again by an exact pass that keeps every event and sorts them first
+(:mod:`neuron_mlflow.trace.buffered`).
+
+Categories by backend: ``kernel``/``gpu_memcpy``/``gpu_memset`` + ``cuda_runtime``/
+``cuda_driver`` (CUDA and ROCm), ``mtia_ccp_events`` + ``mtia_runtime`` (MTIA),
+``privateuse1_driver`` + ``privateuse1_runtime`` (Neuron and other PrivateUse1 backends).
+
+Example:
+    >>> import json, tempfile
+    >>> from pathlib import Path
+    >>> path = Path(tempfile.mkdtemp()) / "t.json"
+    >>> _ = path.write_text(json.dumps({"traceEvents": [
+    ...     {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1,
+    ...      "ts": 0, "dur": 10},
+    ...     {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+    ...      "ts": 2, "dur": 3, "args": {"correlation": 7}},
+    ...     {"ph": "X", "cat": "kernel", "name": "mul_kernel", "pid": 0, "tid": 7,
+    ...      "ts": 20, "dur": 40, "args": {"correlation": 7}}]}))
+    >>> result = summarize_trace(path)
+    >>> result.summary.device_time_us, result.summary.op_calls, result.kernels
+    (40.0, 1.0, {'mul_kernel': 40.0})
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from neuron_mlflow.errors import OutOfOrder
+from neuron_mlflow.summary.ops import OpSummary, RawOp, build_summary
+from neuron_mlflow.trace.reader import TraceStream
+from neuron_mlflow.trace.streaming import streaming_pass
+from neuron_mlflow.trace.totals import Totals
+
+logger = logging.getLogger("neuron_mlflow")
+
+
+@dataclass
+class TraceResult:
+    """What a trace file says, summarised like a live window.
+
+    Attributes:
+        summary: the op summary (per profiled step).
+        kernels: device time per device event name (window total, us).
+        unattributed_device_events: device events not linked to any operator.
+        device_events: device events in the file.
+        device_busy_pct: busy share of the device span (union of device events), or ``None``.
+        rank: from ``distributedInfo`` when present.
+        metadata: the file's other top-level keys.
+    """
+
+    summary: OpSummary
+    kernels: dict[str, float] = field(default_factory=dict)
+    unattributed_device_events: int = 0
+    device_events: int = 0
+    device_busy_pct: float | None = None
+    rank: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceResult:
+    """Summarise one trace file.
+
+    Memory stays small and flat: each thread's operators are logged and replayed in step
+    with its runtime calls (what waits spills to disk), launches and device events are
+    joined as they meet, and device intervals are merged as they go. Files that do not keep
+    each thread's operators in start order are read a second time by an exact pass that
+    keeps every event and sorts them first.
+
+    Args:
+        path: ``.json`` or ``.json.gz`` Chrome/Kineto trace.
+        device_label: the device column label; default from the device categories seen.
+
+    Raises:
+        TraceFormatError: the file is truncated or malformed.
+    """
+    stream = TraceStream(path, typed=True)
+    try:
+        totals = streaming_pass(stream)
+    except OutOfOrder as reason:
+        from neuron_mlflow.trace.buffered import buffered_pass  # numpy: only when needed
+
+        logger.info("%s: %s; reading it again with the buffered pass", path, reason)
+        stream = TraceStream(path, typed=True)
+        totals = buffered_pass(stream)
+    return _result(totals, stream.metadata, device_label)
+
+
+def _result(totals: Totals, metadata: dict[str, Any], device_label: str | None) -> TraceResult:
+    """The summary and trace facts from a pass's totals."""
+    names = totals.names
+    kernels = {names[i]: us for i, us in totals.kernel_us.items()}
+    label = device_label or (sorted(totals.labels)[0] if totals.labels else None)
+    wall = totals.step_us if totals.steps else max(totals.span_end - totals.span_start, 0.0)
+    raw = [
+        RawOp(
+            names[i],
+            int(totals.count[i]),
+            float(totals.self_cpu[i]),
+            float(totals.total_cpu[i]),
+            float(totals.self_device[i]),
+            float(totals.self_device[i]),
+        )
+        for i in range(len(names))
+        if totals.count[i]
+    ]
+    device_rows = [RawOp(name, 1, 0.0, 0.0, us, us) for name, us in kernels.items()]
+    summary = build_summary(
+        raw, totals.top_level, max(totals.steps, 1), wall, label, device_rows or None
+    )
+    info = metadata.get("distributedInfo") or {}
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return TraceResult(
+        summary=summary,
+        kernels=kernels,
+        unattributed_device_events=totals.device_events - totals.attributed,
+        device_events=totals.device_events,
+        device_busy_pct=totals.busy_pct,
+        rank=int(rank) if isinstance(rank, int) else None,
+        metadata=metadata,
+    )
