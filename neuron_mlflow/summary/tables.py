@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 
+from neuron_mlflow.summary.names import display_names
 from neuron_mlflow.summary.ops import OpSummary
 
 
@@ -37,7 +38,8 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     """Render the summary as a Markdown table in the seed's layout, with totals below.
 
     Columns: Name, Calls, Self CPU, Self <DEVICE>, <DEVICE> % (device columns only when device
-    time was measured; otherwise CPU %).
+    time was measured; otherwise CPU %). Long names are shortened
+    (:func:`~neuron_mlflow.summary.names.display_names`); CSV and JSON keep them in full.
 
     Example:
         >>> from neuron_mlflow.summary.ops import RawOp, build_summary
@@ -48,12 +50,13 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     """
     lines = [f"## {title}", ""] if title else []
     label = summary.device_label
+    names = display_names(op.name for op in summary.ops)
     if summary.has_device_time:
         lines.append(f"| Name | Calls | Self CPU | Self {label} | {label} % |")
         lines.append("|---|---:|---:|---:|---:|")
         for op in summary.ops:
             lines.append(
-                f"| {op.name} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
+                f"| {names[op.name]} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
                 f"| {format_us(op.self_device_us or 0.0)} | {op.device_pct or 0.0:.1f} % |"
             )
     else:
@@ -61,7 +64,7 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
         lines.append("|---|---:|---:|---:|")
         for op in summary.ops:
             lines.append(
-                f"| {op.name} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
+                f"| {names[op.name]} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
                 f"| {op.cpu_pct:.1f} % |"
             )
     lines.append("")
