@@ -1,0 +1,218 @@
+"""Is the tracking server there? A short, cached check, and bounded MLflow HTTP calls.
+
+For an HTTP(S) tracking URI the check is a ``GET <uri>/health`` with a short timeout: a plain
+TCP connect is not enough (a proxy can accept the connection and answer 503, or never answer).
+For a SQLite store it opens the database file, for a file store it looks at the folder, for a
+SQLAlchemy database URI it connects with a connect timeout; other stores are assumed reachable.
+
+The answer is cached per process and tracking URI: a success for :data:`OK_TTL_S` seconds, a
+failure for a back-off that doubles with each failed check (from :data:`FIRST_BACKOFF_S` up to
+:data:`MAX_BACKOFF_S`), so a sick server costs one short check now and then, never a stall.
+
+MLflow's own client retries a failing HTTP call for minutes (``MLFLOW_HTTP_REQUEST_TIMEOUT``
+120 s, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` 7 with exponential back-off); :func:`bounded_http`
+lowers those for our calls.
+
+Example:
+    >>> import tempfile
+    >>> check_reachable(f"sqlite:///{tempfile.mkdtemp()}/mlflow.db")  # no exception: reachable
+    >>> try:
+    ...     check_reachable("http://127.0.0.1:9/", timeout_s=1)
+    ... except ConnectionError as err:
+    ...     print(str(err).split(" (")[0])
+    cannot connect to the MLflow tracking server at http://127.0.0.1:9/
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+HEALTH_TIMEOUT_S = 3.0
+"""Timeout of one reachability check (seconds)."""
+OK_TTL_S = 30.0
+"""How long a successful check is trusted (seconds)."""
+FIRST_BACKOFF_S = 5.0
+"""How long the first failed check is trusted before the next try (seconds); doubles."""
+MAX_BACKOFF_S = 300.0
+"""The longest back-off between two checks of an unreachable server (seconds)."""
+
+HTTP_BOUNDS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": 15,
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": 2,
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": 1,
+}
+"""Upper bounds for MLflow's client HTTP settings during our calls (a user's lower value wins)."""
+
+
+@dataclass
+class _State:
+    checked_at: float
+    error: str | None
+    backoff_s: float
+
+
+_cache: dict[str, _State] = {}
+_lock = threading.Lock()
+
+
+def _check_http(uri: str, timeout_s: float) -> None:
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            if response.status != 200:
+                raise ConnectionError(f"GET /health answered HTTP {response.status}")
+    except urllib.error.HTTPError as exc:
+        raise ConnectionError(f"GET /health answered HTTP {exc.code}") from exc
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        text = getattr(reason, "strerror", None) or str(reason)
+        raise ConnectionError(text) from exc
+    except TimeoutError as exc:
+        raise ConnectionError(f"no answer to GET /health within {timeout_s:g} s") from exc
+    except OSError as exc:
+        raise ConnectionError(exc.strerror or str(exc)) from exc
+
+
+def _check_sqlite(uri: str, timeout_s: float) -> None:
+    path = unquote(uri[len("sqlite:///") :])
+    if path in ("", ":memory:"):
+        return
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ConnectionError(f"the folder of the SQLite store does not exist: {folder}")
+    if not Path(path).exists():
+        if not os.access(folder, os.W_OK):
+            raise ConnectionError(f"cannot create the SQLite store in {folder}")
+        return
+    try:
+        with sqlite3.connect(path, timeout=timeout_s) as conn:
+            conn.execute("SELECT 1").fetchone()
+    except sqlite3.Error as exc:
+        raise ConnectionError(f"cannot open the SQLite store {path}: {exc}") from exc
+
+
+def _check_database(uri: str, timeout_s: float) -> None:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": max(1, int(timeout_s))})
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+    except Exception as exc:
+        raise ConnectionError(f"cannot connect to the database store: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def _check_once(uri: str, timeout_s: float) -> None:
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme in ("http", "https"):
+        _check_http(uri, timeout_s)
+    elif scheme == "sqlite":
+        _check_sqlite(uri, timeout_s)
+    elif scheme.split("+")[0] in ("postgresql", "postgres", "mysql"):
+        _check_database(uri, timeout_s)
+    elif scheme in ("", "file"):
+        root = Path(unquote(urlsplit(uri).path) if scheme == "file" else uri)
+        existing = next((p for p in (root, *root.parents) if p.exists()), None)
+        if existing is None or not os.access(existing, os.W_OK):
+            raise ConnectionError(f"the file store {root} cannot be written")
+    # databricks, uc, other plugin stores: their own clients decide.
+
+
+def check_reachable(uri: str, timeout_s: float = HEALTH_TIMEOUT_S, *, cached: bool = True) -> None:
+    """Raise ``ConnectionError`` unless the tracking store at ``uri`` answers (cached).
+
+    Args:
+        uri: the tracking URI.
+        timeout_s: timeout of the check itself (seconds).
+        cached: ``False`` checks now, ignoring (but updating) the cache.
+
+    Raises:
+        ConnectionError: the store is not reachable; the message names the URI and why.
+
+    Example:
+        >>> check_reachable("databricks")  # not checked: MLflow's own client decides
+    """
+    now = time.monotonic()
+    with _lock:
+        state = _cache.get(uri)
+    if cached and state is not None:
+        age = now - state.checked_at
+        if state.error is None and age < OK_TTL_S:
+            return
+        if state.error is not None and age < state.backoff_s:
+            raise ConnectionError(_message(uri, state.error + ", checked recently"))
+    try:
+        _check_once(uri, timeout_s)
+    except ConnectionError as exc:
+        backoff = FIRST_BACKOFF_S if state is None or state.error is None else state.backoff_s * 2
+        with _lock:
+            _cache[uri] = _State(time.monotonic(), str(exc), min(backoff, MAX_BACKOFF_S))
+        raise ConnectionError(_message(uri, str(exc))) from exc
+    with _lock:
+        _cache[uri] = _State(time.monotonic(), None, 0.0)
+
+
+def _message(uri: str, why: str) -> str:
+    return f"cannot connect to the MLflow tracking server at {uri} ({why})"
+
+
+def forget(uri: str | None = None) -> None:
+    """Drop the cached answer for ``uri`` (all URIs when ``None``), e.g. before a sync.
+
+    Example:
+        >>> forget()
+    """
+    with _lock:
+        if uri is None:
+            _cache.clear()
+        else:
+            _cache.pop(uri, None)
+
+
+_env_lock = threading.RLock()
+
+
+@contextmanager
+def bounded_http(bounds: dict[str, int] | None = None) -> Iterator[None]:
+    """Cap MLflow's HTTP timeout and retries (:data:`HTTP_BOUNDS`) while the block runs.
+
+    MLflow reads these settings from the environment at each call, so they are set in
+    ``os.environ`` for the duration of the block (a user's lower value is kept) and restored
+    after. Blocks nest and are serialised by a lock.
+
+    Example:
+        >>> import os
+        >>> with bounded_http():
+        ...     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
+        '2'
+    """
+    limits = HTTP_BOUNDS if bounds is None else bounds
+    with _env_lock:
+        saved = {name: os.environ.get(name) for name in limits}
+        for name, limit in limits.items():
+            current = saved[name]
+            try:
+                value = min(float(current), limit) if current is not None else limit
+            except ValueError:
+                value = limit
+            os.environ[name] = str(int(value)) if float(value).is_integer() else str(value)
+        try:
+            yield
+        finally:
+            for name, old in saved.items():
+                if old is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = old
