@@ -1,9 +1,11 @@
 """The MLflow sink: resolve the run, upload a spooled window, and sync pending windows.
 
-Everything goes through :class:`mlflow.MlflowClient`: metrics in ``log_batch`` calls of at
-most 1000, params and tags in calls of at most 100, artifacts with ``log_artifacts``.
-Each part is marked in the window's manifest as soon as it is logged, so a retry (``neuron-mlflow
-sync``) never logs a part twice.
+Everything goes through :class:`mlflow.MlflowClient`, exactly once per value
+(:mod:`neuron_mlflow.sinks.delivery`): metrics in ``log_batch`` calls of at most 1000, then
+params (once per prefix and run) and tags in calls of at most 100, then each artifact file.
+Each chunk and file is marked in the window's manifest as soon as the server confirmed it, so a
+retry (``neuron-mlflow sync``) never logs a value twice. Calls run with MLflow's HTTP timeout and
+retries bounded (:func:`~neuron_mlflow.sinks.reachability.bounded_http`).
 
 Example:
     >>> import tempfile, mlflow
@@ -22,33 +24,21 @@ Example:
 
 from __future__ import annotations
 
-import socket
-import time
-from collections.abc import Iterator, Sequence
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
+from neuron_mlflow.sinks import delivery, reachability
+from neuron_mlflow.sinks.delivery import METRICS_PER_CALL, PARAMS_PER_CALL, TAGS_PER_CALL
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-METRICS_PER_CALL = 1000
-PARAMS_PER_CALL = 100
-TAGS_PER_CALL = 100
+__all__ = ["METRICS_PER_CALL", "PARAMS_PER_CALL", "TAGS_PER_CALL", "JOB_TAG", "MlflowSink"]
 
-T = TypeVar("T")
-
-
-def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    """Consecutive slices of ``items`` of at most ``size`` elements.
-
-    Example:
-        >>> [len(c) for c in chunks(list(range(2005)), 1000)]
-        [1000, 1000, 5]
-    """
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+JOB_TAG = "neuron_mlflow.job_id"
+"""Tag naming the job a run was created for by ``sync`` (one run per job, all ranks)."""
 
 
 def current_tracking_uri() -> str:
@@ -81,6 +71,9 @@ class MlflowSink:
 
     Args:
         tracking_uri: the tracking URI; ``None`` means what MLflow resolves now.
+
+    Attributes:
+        requests: MLflow requests made by :meth:`upload` so far (for the benchmarks).
     """
 
     def __init__(self, tracking_uri: str | None = None) -> None:
@@ -88,29 +81,19 @@ class MlflowSink:
 
         self.tracking_uri = tracking_uri or current_tracking_uri()
         self.client: MlflowClient = MlflowClient(tracking_uri=self.tracking_uri)
+        self.requests = 0
+        self._runs: dict[str, delivery.RunState] = {}
 
-    def check_reachable(self, timeout_s: float = 3.0) -> None:
-        """For an HTTP(S) tracking URI, fail fast when nothing listens at its address.
+    def check_reachable(self, timeout_s: float = reachability.HEALTH_TIMEOUT_S) -> None:
+        """Fail fast unless the tracking server answers (``GET /health`` for HTTP; cached).
 
         MLflow's client retries an unreachable server for minutes; a profiled job should not
-        stall that long. Other URIs (SQLite, files, databricks) are not checked.
+        stall that long. See :mod:`neuron_mlflow.sinks.reachability`.
 
         Raises:
-            ConnectionError: nothing accepts connections at the server's address.
+            ConnectionError: the server is not reachable; the message names the URI and why.
         """
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(self.tracking_uri)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
-        except OSError as exc:
-            raise ConnectionError(
-                f"cannot connect to the MLflow tracking server at {self.tracking_uri} "
-                f"({exc.strerror or exc})"
-            ) from exc
+        reachability.check_reachable(self.tracking_uri, timeout_s)
 
     def experiment_id(self, experiment_name: str | None) -> str:
         """The id of ``experiment_name`` (created if missing), else MLflow's current default.
@@ -119,10 +102,11 @@ class MlflowSink:
         ``mlflow.set_experiment``; without them it is experiment ``0``.
         """
         if experiment_name:
-            experiment = self.client.get_experiment_by_name(experiment_name)
-            if experiment is not None:
-                return experiment.experiment_id
-            return self.client.create_experiment(experiment_name)
+            with reachability.bounded_http():
+                experiment = self.client.get_experiment_by_name(experiment_name)
+                if experiment is not None:
+                    return experiment.experiment_id
+                return self.client.create_experiment(experiment_name)
         from mlflow.tracking.fluent import _get_experiment_id
 
         return _get_experiment_id() or "0"
@@ -134,80 +118,76 @@ class MlflowSink:
         tags: dict[str, str] | None = None,
     ) -> str:
         """Create a run (finished at once; later windows may still log into it)."""
-        run = self.client.create_run(
-            self.experiment_id(experiment_name), run_name=run_name, tags=tags or {}
-        )
-        self.client.set_terminated(run.info.run_id)
+        experiment_id = self.experiment_id(experiment_name)
+        with reachability.bounded_http():
+            run = self.client.create_run(experiment_id, run_name=run_name, tags=tags or {})
+            self.client.set_terminated(run.info.run_id)
+        self._runs[run.info.run_id] = delivery.RunState(tags=dict(tags or {}))
         return run.info.run_id
+
+    def job_run(
+        self,
+        job_id: str,
+        experiment_name: str | None = None,
+        run_name: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> str:
+        """The run created for ``job_id`` (tag :data:`JOB_TAG`), created now if there is none.
+
+        Every rank's windows of one offline job, and a sync started again after a crash, find
+        the same run.
+        """
+        experiment_id = self.experiment_id(experiment_name)
+        with reachability.bounded_http():
+            found = self.client.search_runs(
+                [experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{job_id}'", max_results=1
+            )
+        if found:
+            return found[0].info.run_id
+        return self.create_run(experiment_name, run_name, tags={**(tags or {}), JOB_TAG: job_id})
 
     def run_exists(self, run_id: str) -> bool:
         """True when ``run_id`` exists on this server and is not deleted."""
         from mlflow.exceptions import MlflowException
 
         try:
-            run = self.client.get_run(run_id)
+            with reachability.bounded_http():
+                run = self.client.get_run(run_id)
         except MlflowException:
             return False
         return run.info.lifecycle_stage != "deleted"
 
-    def upload(self, record: WindowRecord, run_id: str) -> None:
-        """Log one window's tags, params, metrics and artifacts into ``run_id``; mark it done.
+    def _run_state(self, run_id: str) -> delivery.RunState:
+        state = self._runs.get(run_id)
+        if state is None:
+            data = self.client.get_run(run_id).data
+            self.requests += 1
+            state = self._runs[run_id] = delivery.RunState(dict(data.params), dict(data.tags))
+        return state
 
-        Parts already marked uploaded in the manifest are skipped.
+    def upload(self, record: WindowRecord, run_id: str) -> None:
+        """Log one window into ``run_id`` exactly once: metrics, params and tags, artifacts.
+
+        What the manifest marks as confirmed is skipped; a chunk cut short by a crash is
+        looked up on the server first. The window is marked ``done`` at the end.
 
         Raises:
             mlflow.exceptions.MlflowException: MLflow refused a call (the record stays pending).
             Exception: the server could not be reached (the record stays pending).
         """
-        from mlflow.entities import Metric, Param, RunTag
-
-        record.update(run_id=run_id)
         manifest = record.manifest
+        if manifest.get("run_id") != run_id:
+            record.update(run_id=run_id)
         if manifest.get("traces_only"):
             for part in ("tags", "params", "metrics"):
-                record.manifest["uploaded"][part] = True
-        if not record.is_uploaded("tags"):
-            tags = [RunTag(k, str(v)) for k, v in sorted(manifest.get("tags", {}).items())]
-            for batch in chunks(tags, TAGS_PER_CALL):
-                self.client.log_batch(run_id, tags=batch, synchronous=True)
-            record.mark_uploaded("tags")
-        if not record.is_uploaded("params"):
-            params = [Param(k, str(v)) for k, v in sorted(manifest.get("params", {}).items())]
-            for batch in chunks(params, PARAMS_PER_CALL):
-                self.client.log_batch(run_id, params=batch, synchronous=True)
-            record.mark_uploaded("params")
-        if not record.is_uploaded("metrics"):
-            timestamp = int(time.time() * 1000)
-            step = int(manifest.get("metric_step", 0))
-            metrics = [
-                Metric(key, float(value), timestamp, step)
-                for key, value in manifest.get("metrics", {}).items()
-            ]
-            for batch in chunks(metrics, METRICS_PER_CALL):
-                self.client.log_batch(run_id, metrics=batch, synchronous=True)
-            record.mark_uploaded("metrics")
-        if not record.is_uploaded("artifacts"):
-            self._log_artifacts(record, run_id)
-            record.mark_uploaded("artifacts")
+                manifest["uploaded"][part] = True
+        with reachability.bounded_http():
+            self.requests += delivery.send_metrics(self.client, record, run_id)
+            if not (record.is_uploaded("params") and record.is_uploaded("tags")):
+                run = self._run_state(run_id)
+                self.requests += delivery.send_params_and_tags(self.client, record, run_id, run)
+            self.requests += delivery.send_artifacts(self.client, record, run_id)
         record.update(status="done", error=None)
-
-    def _log_artifacts(self, record: WindowRecord, run_id: str) -> None:
-        """Upload the window folder; without ``upload_traces``, everything but ``traces/``."""
-        root, path = record.artifacts_dir, record.artifact_path
-        if record.manifest.get("traces_only"):
-            if (root / "traces").is_dir():
-                self.client.log_artifacts(run_id, str(root / "traces"), f"{path}/traces")
-            return
-        if record.manifest.get("upload_traces", True):
-            self.client.log_artifacts(run_id, str(root), path)
-            return
-        for child in sorted(root.iterdir()):
-            if child.name == "traces":
-                continue
-            if child.is_dir():
-                self.client.log_artifacts(run_id, str(child), f"{path}/{child.name}")
-            else:
-                self.client.log_artifact(run_id, str(child), path)
 
 
 @dataclass
@@ -225,16 +205,53 @@ class SyncReport:
     skipped: list[str] = field(default_factory=list)
 
 
+def _group(record: WindowRecord) -> str:
+    """Windows of one group go into one run: the job, else the original run, else the session."""
+    manifest = record.manifest
+    if manifest.get("job_id"):
+        return f"job:{manifest['job_id']}"
+    if manifest.get("run_id"):
+        return f"run:{manifest['run_id']}"
+    return f"session:{manifest.get('session')}"
+
+
+def _target_run(sink: MlflowSink, records: list[WindowRecord]) -> str:
+    """The run a group of windows goes into: the original run if it exists, else the job's.
+
+    A group without a job id gets one, written into every manifest before the run is created,
+    so a sync killed in between finds the same run the next time.
+    """
+    first = records[0].manifest
+    original = next((r.manifest["run_id"] for r in records if r.manifest.get("run_id")), None)
+    if original and sink.run_exists(original):
+        return str(original)
+    job_id = first.get("job_id")
+    if not job_id:
+        job_id = f"sync-{uuid.uuid4().hex}"
+        for record in records:
+            record.update(job_id=job_id)
+    owners = [r for r in records if not r.manifest.get("traces_only")] or records
+    tags: dict[str, str] = dict(owners[0].manifest.get("tags") or {})
+    run_id = sink.job_run(
+        str(job_id), first.get("experiment_name"), first.get("run_name"), tags=tags
+    )
+    for record in records:
+        if record.manifest.get("run_id") not in (None, run_id):
+            record.update(original_run_id=record.manifest["run_id"])
+    return run_id
+
+
 def sync_pending(
     local_dir: str,
     tracking_uri: str | None = None,
     include_incomplete: bool = False,
 ) -> SyncReport:
-    """Upload every pending window of the spool at ``local_dir`` and mark it done.
+    """Upload every pending window of the spool at ``local_dir`` exactly once; mark it done.
 
-    Each window goes into its original run when that run exists on the tracking server,
-    else into a new run (one per original run or session, in the window's experiment).
-    Windows already done are never uploaded again.
+    Each window goes into its original run when that run exists on the tracking server, else
+    into the run of its job (every rank of an offline job shares one job id, decided by rank
+    0), created once and found again by its tag :data:`JOB_TAG`. Windows already done are never
+    uploaded again; a window cut short by a crash is resumed chunk by chunk.
 
     Args:
         local_dir: the spool folder (``ProfilerConfig.local_dir``).
@@ -243,39 +260,34 @@ def sync_pending(
 
     Returns:
         A :class:`SyncReport`.
+
+    Raises:
+        ConnectionError: the tracking server is not reachable (nothing was uploaded).
     """
     spool = Spool(local_dir)
     report = SyncReport()
-    records = []
+    groups: dict[str, list[WindowRecord]] = {}
     for record in spool.windows("pending", "incomplete"):  # one pass over the manifests
         if record.status == "pending" or include_incomplete:
-            records.append(record)
+            groups.setdefault(_group(record), []).append(record)
         else:
             report.skipped.append(str(record.path))
-    if not records:
+    if not groups:
         return report
     sink = MlflowSink(tracking_uri)
-    sink.check_reachable()
-    replacements: dict[str, str] = {}
-    for record in records:
+    reachability.check_reachable(sink.tracking_uri, cached=False)
+    for records in groups.values():
         try:
-            original = record.manifest.get("run_id")
-            group = original or f"session:{record.manifest.get('session')}"
-            run_id = replacements.get(group)
-            if run_id is None:
-                if original and sink.run_exists(original):
-                    run_id = original
-                else:
-                    run_id = sink.create_run(
-                        record.manifest.get("experiment_name"),
-                        record.manifest.get("run_name"),
-                        tags=record.manifest.get("tags"),
-                    )
-                    record.update(original_run_id=original)
-                replacements[group] = run_id
-            sink.upload(record, run_id)
-            report.uploaded.append((str(record.path), run_id))
+            run_id = _target_run(sink, records)
         except Exception as exc:
-            record.update(error=f"{type(exc).__name__}: {exc}")
-            report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
+            for record in records:
+                report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
+            continue
+        for record in records:
+            try:
+                sink.upload(record, run_id)
+                report.uploaded.append((str(record.path), run_id))
+            except Exception as exc:
+                record.update(error=f"{type(exc).__name__}: {exc}")
+                report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
     return report

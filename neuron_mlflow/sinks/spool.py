@@ -12,7 +12,10 @@ Layout under ``local_dir``::
 
 ``manifest.json`` ``status`` is ``pending`` (not yet uploaded), ``done`` or ``incomplete``
 (the window was interrupted by an exception; kept, not uploaded by default). ``uploaded``
-records which parts reached MLflow, so an upload that failed halfway never logs a part twice.
+records which parts reached MLflow and ``progress`` which metric chunks and artifact files
+(see :mod:`neuron_mlflow.sinks.delivery`), so an upload cut short never logs a value twice.
+``captured_ms`` is the capture time the metrics are logged with; ``job_id`` (when set) names
+the job, so that every rank's windows of an offline job sync into one run.
 
 Example:
     >>> import tempfile
@@ -146,6 +149,7 @@ class Spool:
             "format": 1,
             "status": status,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "captured_ms": int(time.time() * 1000),  # the metrics' timestamp
             "artifact_path": artifact_path,
             "session": session_dir.name,
             "run_id": None,
@@ -173,7 +177,8 @@ class Spool:
 def write_summary_files(
     artifacts: Path, summary: Any, title: str, document: dict[str, Any]
 ) -> dict[str, str]:
-    """Write a window's ``summary.md``, ``summary.json``, ``ops.csv`` and ``op_keys.json``.
+    """Write a window's ``summary.md``, ``summary.json``, ``ops.csv``, ``op_keys.json`` and
+    ``config.json`` (the window's effective config, ``document["config"]``, when given).
 
     Args:
         artifacts: the window's artifact folder.
@@ -194,6 +199,11 @@ def write_summary_files(
         json.dumps(full, indent=2, default=str), encoding="utf-8"
     )
     (artifacts / "ops.csv").write_text(render_csv(summary, keys), encoding="utf-8")
+    if document.get("config") is not None:
+        (artifacts / "config.json").write_text(
+            json.dumps(document["config"], indent=2, sort_keys=True, default=str),
+            encoding="utf-8",
+        )
     (artifacts / "op_keys.json").write_text(
         json.dumps({key: name for name, key in keys.items()}, indent=2, sort_keys=True),
         encoding="utf-8",
