@@ -1,8 +1,9 @@
 """The Lightning front end: :class:`NeuronProfilerCallback`.
 
-A thin callback over the engine (:class:`~neuron_mlflow.engine.session.ProfilingSession`): it says
-when a step begins and ends, which run to use, and which ranks capture. Only this module
-imports ``lightning``.
+A thin callback over the engine: it says when a step begins and ends in each stage, which run
+to use, and which ranks capture. Window bookkeeping and per-rank gathering are the engine's
+(:class:`~neuron_mlflow.engine.stages.StageWindows`). The hooks of the four stages are made from
+one table, :data:`STAGE_HOOKS`. Only this module imports ``lightning``.
 
 Example:
     >>> import tempfile, torch
@@ -21,9 +22,8 @@ Example:
 
 from __future__ import annotations
 
-import math
-import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,14 +33,50 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
+from neuron_mlflow.engine.stages import RankGroup, StageWindows, check_ranks
 from neuron_mlflow.errors import ConfigError, NeuronMlflowWarning
-from neuron_mlflow.naming import metric_key
-from neuron_mlflow.schedule import Action, action_at, next_window_start, window_at
 from neuron_mlflow.summary.ops import OpSummary
 
 STAGES = ("train", "validate", "test", "predict")
 """Stages the callback can profile."""
+
+
+@dataclass(frozen=True)
+class StageHooks:
+    """Where one stage's steps come from in Lightning.
+
+    Attributes:
+        stage: the stage's name (its metric prefix is ``<metric_prefix>/<stage>``).
+        start, batch_start, batch_end, end: the Lightning hooks where a run of the stage
+            starts, where a step begins, where it ends, and where the run ends.
+        optimizer_steps: the step counter. ``True``: one step per optimizer step, numbered by
+            ``trainer.global_step`` (gradient accumulation counts once); ``False``: one step per
+            batch, from 0 in each run of the stage (the sanity check is never profiled).
+        planned: the Trainer attribute with the number of steps the stage plans.
+    """
+
+    stage: str
+    start: str
+    batch_start: str
+    batch_end: str
+    end: str
+    optimizer_steps: bool
+    planned: str
+
+
+STAGE_HOOKS = (
+    StageHooks("train", "on_train_start", "on_train_batch_start", "on_train_batch_end",
+               "on_train_end", True, "estimated_stepping_batches"),
+    StageHooks("validate", "on_validation_epoch_start", "on_validation_batch_start",
+               "on_validation_batch_end", "on_validation_epoch_end", False, "num_val_batches"),
+    StageHooks("test", "on_test_epoch_start", "on_test_batch_start", "on_test_batch_end",
+               "on_test_epoch_end", False, "num_test_batches"),
+    StageHooks("predict", "on_predict_epoch_start", "on_predict_batch_start",
+               "on_predict_batch_end", "on_predict_epoch_end", False, "num_predict_batches"),
+)  # fmt: skip
+"""The stage table: the callback's stage hooks are made from it (see the end of the module)."""
 
 
 def _check_stages(stages: str | Iterable[str]) -> tuple[str, ...]:
@@ -52,19 +88,6 @@ def _check_stages(stages: str | Iterable[str]) -> tuple[str, ...]:
             f"allowed: {', '.join(STAGES)}"
         )
     return tuple(dict.fromkeys(chosen))
-
-
-def _check_ranks(ranks: Iterable[int] | None) -> frozenset[int] | None:
-    if ranks is None:
-        return None
-    chosen = tuple(ranks)
-    bad = [r for r in chosen if not isinstance(r, int) or isinstance(r, bool) or r < 0]
-    if bad or not chosen:
-        raise ConfigError(
-            f"invalid ranks {chosen!r}: expected global ranks as integers >= 0 "
-            "(or None for all ranks)"
-        )
-    return frozenset(chosen)
 
 
 class NeuronProfilerCallback(Callback):
@@ -85,6 +108,8 @@ class NeuronProfilerCallback(Callback):
     ``trainer.global_step``; its metric step is ``trainer.global_step`` when the window is
     logged. Other stages count batches from 0 in each run of the stage; their metric step is
     the batch index of the window's last step. The sanity-check validation is never profiled.
+    The checkpoint state (windows already logged) is saved under :attr:`state_key`, which
+    includes the stages and the schedule: callbacks with other stages keep their own state.
     """
 
     def __init__(
@@ -97,25 +122,28 @@ class NeuronProfilerCallback(Callback):
         base = config if config is not None else ProfilerConfig()
         self.config = base.with_overrides(**overrides)
         self.stages = _check_stages(stages)
-        self.ranks = _check_ranks(ranks)
+        self.ranks = check_ranks(ranks)
         resolve_backend(self.config.backend, self.config)  # fail at construction, not mid-training
-        self.summaries: dict[str, OpSummary] = {}
-        self._done: dict[str, set[int]] = {stage: set() for stage in STAGES}
-        self._sessions: dict[str, ProfilingSession] = {}
         self._run: tuple[str | None, str | None] | None = None
-        self._counters: dict[str, int] = dict.fromkeys(STAGES, 0)
-        self._open_step: dict[str, int | None] = dict.fromkeys(STAGES, None)
-        self._metric_steps: dict[str, int] = dict.fromkeys(STAGES, 0)
-        # Steps before this one cannot touch a window: the hooks return at once (fast path).
-        first = next_window_start(self.config.schedule, 0)
-        self._quiet_until: dict[str, float] = dict.fromkeys(
-            STAGES, math.inf if first is None else first
-        )
-        self._checked: set[str] = set()
-        self._train_step = 0
+        self._trainer: Trainer | None = None
+        self._group = RankGroup()
+        self._windows = {stage: self._stage_windows(stage) for stage in STAGES}
         self._optimizer_steps = 0
 
-    # -- run and sessions ---------------------------------------------------------------
+    def _stage_windows(self, stage: str) -> StageWindows:
+        return StageWindows(self.config, self.prefix(stage), lambda: self._session(stage))
+
+    @property
+    def state_key(self) -> str:
+        """Key of this callback's checkpoint state: the class, the stages and the schedule."""
+        return self._generate_state_key(stages=self.stages, schedule=self.config.schedule)
+
+    @property
+    def summaries(self) -> dict[str, OpSummary]:
+        """The last window's op summary of each stage this rank captured."""
+        return {s: w.summary for s, w in self._windows.items() if w.summary is not None}
+
+    # -- run, ranks, sessions -----------------------------------------------------------
 
     @property
     def run_id(self) -> str | None:
@@ -128,351 +156,160 @@ class NeuronProfilerCallback(Callback):
 
     def _resolve_run(self, trainer: Trainer) -> tuple[str | None, str | None]:
         """On rank 0: the MLFlowLogger's run, else the active run, else a new run."""
-        import mlflow
-
-        from neuron_mlflow.sinks.mlflow_sink import MlflowSink
-
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):
                 return logger.experiment.tracking_uri, logger.run_id
-        active = mlflow.active_run()
-        if active is not None:
-            return mlflow.get_tracking_uri(), active.info.run_id
-        sink = MlflowSink()
-        try:
-            sink.check_reachable()
-            return sink.tracking_uri, sink.create_run(
-                self.config.experiment_name, self.config.run_name
-            )
-        except Exception as exc:
-            if self.config.strict:
-                raise
-            warnings.warn(
-                f"neuron-mlflow: could not create an MLflow run at {sink.tracking_uri} "
-                f"({type(exc).__name__}: {exc}); windows stay in {self.config.local_dir} "
-                "(pending) for `neuron-mlflow sync`",
-                NeuronMlflowWarning,
-                stacklevel=2,
-            )
-            return sink.tracking_uri, None
+        return open_run(self.config)
 
-    def _captures(self, trainer: Trainer) -> bool:
-        return self.ranks is None or trainer.global_rank in self.ranks
+    def _rank_group(self, trainer: Trainer) -> RankGroup:
+        """Per-rank values meet through the strategy's ``all_gather``; rank 0 logs them."""
 
-    def _session(self, trainer: Trainer, stage: str) -> ProfilingSession | None:
-        if stage not in self.stages or not self._captures(trainer):
+        def gather(row: list[float]) -> list[list[float]]:
+            values = torch.tensor(row, dtype=torch.float64)
+            gathered = trainer.strategy.all_gather(values).reshape(-1, len(row))
+            rows: list[list[float]] = gathered.tolist()
+            return rows
+
+        uri, run_id = self._run or (None, None)
+        return RankGroup(gather, trainer.is_global_zero, uri, run_id)
+
+    def _session(self, stage: str) -> ProfilingSession | None:
+        """The stage's session on a rank that captures (made on its first window step)."""
+        trainer = self._trainer
+        if trainer is None or stage not in self.stages:
             return None
-        session = self._sessions.get(stage)
-        if session is None:
-            uri, run_id = self._run or (None, None)
-            rank0 = trainer.global_rank == 0
-            session = ProfilingSession(
-                self.config,
-                prefix=self.prefix(stage),
-                run_id=run_id,
-                tracking_uri=uri,
-                upload=run_id is not None or rank0,
-                rank=(trainer.global_rank, trainer.world_size),
-                metric_step=lambda: self._metric_steps[stage],
-                skip_windows=self._done[stage],
-                traces_only=not rank0,
-                follow_active_run=False,
-            )
-            self._sessions[stage] = session
-        return session
+        if self.ranks is not None and trainer.global_rank not in self.ranks:
+            return None
+        uri, run_id = self._run or (None, None)
+        rank0 = trainer.global_rank == 0
+        windows = self._windows[stage]
+        return ProfilingSession(
+            self.config,
+            prefix=self.prefix(stage),
+            run_id=run_id,
+            tracking_uri=uri,
+            upload=run_id is not None or rank0,
+            rank=(trainer.global_rank, trainer.world_size),
+            metric_step=lambda: windows.metric_step,
+            skip_windows=windows.done,
+            traces_only=not rank0,
+            follow_active_run=False,
+        )
 
-    # -- steps --------------------------------------------------------------------------
-
-    def _begin(self, trainer: Trainer, stage: str, step: int) -> None:
-        self._open_step[stage] = step
-        if step < self._quiet_until[stage]:
-            return
-        session = self._session(trainer, stage)
-        if session is not None:
-            session.seek(step)
-            session.begin_step()
-
-    def _end(self, trainer: Trainer, stage: str, metric_step: int) -> None:
-        step = self._open_step[stage]
-        if step is None:
-            return
-        self._open_step[stage] = None
-        if step < self._quiet_until[stage]:
-            return
-        self._metric_steps[stage] = metric_step
-        session = self._sessions.get(stage)
-        if session is not None:
-            session.end_step()
-        schedule = self.config.schedule
-        window = window_at(schedule, step)
-        if window is None or step == window.last:
-            following = next_window_start(schedule, step + 1)
-            self._quiet_until[stage] = math.inf if following is None else following
-        if window is not None and action_at(schedule, step) == Action.RECORD_AND_SAVE:
-            self._window_ended(trainer, stage, window.index)
-
-    def _stage_end(self, trainer: Trainer, stage: str, last_step: int | None) -> None:
-        """Log a window cut short by the end of the stage (partial)."""
-        if stage not in self.stages or last_step is None:
-            return
-        window = window_at(self.config.schedule, last_step)
-        if window is None or last_step < window.first or window.index in self._done[stage]:
-            return
-        session = self._sessions.get(stage)
-        if session is not None:
-            session.flush()
-        self._window_ended(trainer, stage, window.index)
-
-    def _window_ended(self, trainer: Trainer, stage: str, index: int) -> None:
-        """Every rank: mark the window done, gather per-rank times, rank 0 logs them."""
-        if index in self._done[stage]:
-            return
-        session = self._sessions.get(stage)
-        summary = session.summary if session is not None else None
-        fresh = summary is not None and session is not None and session.records
-        fresh = fresh and session.records[-1].manifest["window"]["index"] == index
-        values = torch.full((3,), math.nan, dtype=torch.float64)
-        if fresh and summary is not None:
-            self.summaries[stage] = summary
-            has_device = summary.device_time_us is not None
-            values[0] = summary.device_time_us if has_device else summary.cpu_time_us
-            values[1] = summary.wall_time_us
-            values[2] = 1.0 if has_device else 0.0
-        self._done[stage].add(index)
-        gathered = trainer.strategy.all_gather(values).reshape(-1, 3)
-        if trainer.is_global_zero:
-            self._log_rank_metrics(stage, gathered)
-
-    def _log_rank_metrics(self, stage: str, gathered: torch.Tensor) -> None:
-        run_id = self.run_id or (self._sessions[stage].run_id if stage in self._sessions else None)
-        if run_id is None:
-            return
-        metrics: dict[str, float] = {}
-        for rank, (time_us, wall_us, has_device) in enumerate(gathered.tolist()):
-            if math.isnan(time_us):
-                continue
-            name = "device_time_us" if has_device == 1.0 else "cpu_time_us"
-            metrics[metric_key(self.prefix(stage), "rank", str(rank), name)] = time_us
-            metrics[metric_key(self.prefix(stage), "rank", str(rank), "wall_time_us")] = wall_us
-        if not metrics:
-            return
-        try:
-            import time
-
-            from mlflow.entities import Metric
-
-            from neuron_mlflow.sinks.mlflow_sink import MlflowSink
-
-            step = self._metric_steps[stage]
-            now = int(time.time() * 1000)
-            MlflowSink(self._run[0] if self._run else None).client.log_batch(
-                run_id,
-                metrics=[Metric(k, v, now, step) for k, v in metrics.items()],
-                synchronous=True,
-            )
-        except Exception as exc:
-            if self.config.strict:
-                raise
-            warnings.warn(
-                f"neuron-mlflow: could not log per-rank metrics ({type(exc).__name__}: {exc})",
-                NeuronMlflowWarning,
-                stacklevel=2,
-            )
-
-    def _check_plan(self, stage: str, planned: float, start: int, detail: str) -> None:
-        """Warn once when the stage's schedule can never complete a window."""
-        if stage not in self.stages or stage in self._checked:
-            return
-        self._checked.add(stage)
-        if planned is None or math.isinf(planned):
-            return
-        schedule = self.config.schedule
-        first = next_window_start(schedule, start)
-        window = window_at(schedule, first) if first is not None else None
-        if window is None or window.last >= planned:
-            needed = "no window left" if window is None else f"steps up to {window.last}"
-            rank_zero_warn(
-                f"NeuronProfilerCallback: the {stage!r} schedule (skip_first="
-                f"{schedule.skip_first}, wait={schedule.wait}, warmup={schedule.warmup}, "
-                f"active={schedule.active}, repeat={schedule.repeat}) needs {needed} to "
-                f"complete a window, but the stage plans {int(planned)} steps ({detail}); "
-                "a window cut short is logged as partial, one that never starts is not logged",
-                category=NeuronMlflowWarning,
-            )
-
-    # -- Lightning hooks ----------------------------------------------------------------
+    # -- Lightning hooks: run and ranks -------------------------------------------------
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._trainer = trainer
         if self._run is None:
             payload = self._resolve_run(trainer) if trainer.is_global_zero else None
             self._run = trainer.strategy.broadcast(payload, src=0)
-
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        # Optimizer steps are counted here (on_before_optimizer_step), not read back from
-        # trainer.global_step at every batch: that keeps the hooks cheap outside a window.
-        self._train_step = trainer.global_step
-        self._optimizer_steps = 0
-        self._check_plan(
-            "train",
-            trainer.estimated_stepping_batches,
-            trainer.global_step,
-            f"max_steps={trainer.max_steps}, max_epochs={trainer.max_epochs}, "
-            f"accumulate_grad_batches={trainer.accumulate_grad_batches}",
-        )
-
-    def on_train_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if self._open_step["train"] is None and "train" in self.stages:
-            self._begin(trainer, "train", self._train_step)
+        self._group = self._rank_group(trainer)
 
     def on_before_optimizer_step(
         self, trainer: Trainer, pl_module: LightningModule, optimizer: Any
     ) -> None:
+        # Optimizer steps are counted here, not read back from trainer.global_step at every
+        # batch: that keeps the hooks cheap outside a window.
         self._optimizer_steps += 1
-
-    def on_train_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if self._optimizer_steps:  # the optimizer stepped: this batch ends a train step
-            self._train_step += self._optimizer_steps
-            self._optimizer_steps = 0
-            self._end(trainer, "train", self._train_step)  # = trainer.global_step
-
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        open_step = self._open_step["train"]
-        self._open_step["train"] = None
-        last = open_step if open_step is not None else trainer.global_step - 1
-        self._stage_end(trainer, "train", last if last >= 0 else None)
-
-    def _eval_batch_start(self, trainer: Trainer, stage: str) -> None:
-        if stage in self.stages and not trainer.sanity_checking:
-            self._begin(trainer, stage, self._counters[stage])
-
-    def _eval_batch_end(self, trainer: Trainer, stage: str, batch_idx: int) -> None:
-        if self._open_step[stage] is not None:  # begun (so not a sanity check)
-            self._end(trainer, stage, batch_idx)
-            self._counters[stage] += 1
-
-    def _eval_start(self, trainer: Trainer, stage: str, batches: Any, name: str) -> None:
-        if trainer.sanity_checking:
-            return
-        self._counters[stage] = 0
-        first = next_window_start(self.config.schedule, 0)
-        self._quiet_until[stage] = math.inf if first is None else first
-        total = sum(batches) if isinstance(batches, list) else batches
-        self._check_plan(stage, total, 0, f"{name}={batches}")
-
-    def _eval_end(self, trainer: Trainer, stage: str) -> None:
-        if stage in self.stages and not trainer.sanity_checking:
-            count = self._counters[stage]
-            self._stage_end(trainer, stage, count - 1 if count else None)
-
-    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_start(trainer, "validate", trainer.num_val_batches, "num_val_batches")
-
-    def on_validation_batch_start(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval_batch_start(trainer, "validate")
-
-    def on_validation_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval_batch_end(trainer, "validate", batch_idx)
-
-    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_end(trainer, "validate")
-
-    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_start(trainer, "test", trainer.num_test_batches, "num_test_batches")
-
-    def on_test_batch_start(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval_batch_start(trainer, "test")
-
-    def on_test_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval_batch_end(trainer, "test", batch_idx)
-
-    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_end(trainer, "test")
-
-    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_start(trainer, "predict", trainer.num_predict_batches, "num_predict_batches")
-
-    def on_predict_batch_start(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval_batch_start(trainer, "predict")
-
-    def on_predict_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval_batch_end(trainer, "predict", batch_idx)
-
-    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_end(trainer, "predict")
 
     def on_exception(
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
     ) -> None:
-        for stage, session in self._sessions.items():
-            if session.window_open:
-                session.abort(exception)  # never raises; keeps the capture (incomplete)
-            self._open_step[stage] = None
+        for windows in self._windows.values():
+            windows.abort(exception)  # never raises; keeps the capture (incomplete)
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        for session in self._sessions.values():
-            session.close()
-        self._sessions.clear()
+        for windows in self._windows.values():
+            windows.close()
 
     def state_dict(self) -> dict[str, Any]:
         """Which windows each stage has logged, so a resumed run does not log them again."""
-        return {"version": 1, "done": {s: sorted(done) for s, done in self._done.items()}}
+        return {"version": 1, "done": {s: sorted(w.done) for s, w in self._windows.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (missing keys read as defaults)."""
         for stage, done in state_dict.get("done", {}).items():
-            if stage in self._done:
-                self._done[stage].update(int(i) for i in done)
+            if stage in self._windows:
+                self._windows[stage].done.update(int(i) for i in done)
+
+    # -- Lightning hooks: steps of each stage (bound to the hook names of STAGE_HOOKS) --
+
+    def _stage_start(self, trainer: Trainer, spec: StageHooks) -> None:
+        if trainer.sanity_checking or spec.stage not in self.stages:
+            return
+        windows = self._windows[spec.stage]
+        planned = getattr(trainer, spec.planned)
+        if spec.optimizer_steps:
+            self._optimizer_steps = 0
+            windows.restart(trainer.global_step, quiet=False)
+            detail = (
+                f"max_steps={trainer.max_steps}, max_epochs={trainer.max_epochs}, "
+                f"accumulate_grad_batches={trainer.accumulate_grad_batches}"
+            )
+        else:
+            windows.restart(0)
+            detail = f"{spec.planned}={planned}"
+            planned = sum(planned) if isinstance(planned, list) else planned
+        message = windows.plan_warning(spec.stage, planned, windows.next_step, detail)
+        if message is not None:
+            rank_zero_warn(message, category=NeuronMlflowWarning)
+
+    def _batch_start(self, trainer: Trainer, spec: StageHooks) -> None:
+        if spec.stage not in self.stages or trainer.sanity_checking:
+            return
+        windows = self._windows[spec.stage]
+        if windows.open_step is None:  # with accumulation, the first micro-batch begins a step
+            windows.begin(windows.next_step)
+
+    def _batch_end(self, trainer: Trainer, spec: StageHooks, batch_idx: int) -> None:
+        windows = self._windows[spec.stage]
+        if spec.optimizer_steps:
+            if self._optimizer_steps:  # the optimizer stepped: this batch ends a train step
+                windows.next_step += self._optimizer_steps  # = trainer.global_step
+                self._optimizer_steps = 0
+                windows.end(windows.next_step, self._group)
+        elif windows.open_step is not None:  # begun (so a chosen stage, not a sanity check)
+            windows.end(batch_idx, self._group)
+            windows.next_step += 1
+
+    def _stage_end(self, trainer: Trainer, spec: StageHooks) -> None:
+        if trainer.sanity_checking or spec.stage not in self.stages:
+            return
+        windows = self._windows[spec.stage]
+        last = windows.open_step if windows.open_step is not None else windows.next_step - 1
+        windows.finish(last, self._group)
+
+
+def _bind(spec: StageHooks) -> None:
+    """Give :class:`NeuronProfilerCallback` the four Lightning hooks of ``spec``'s stage."""
+
+    def start(self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any) -> None:
+        self._stage_start(trainer, spec)
+
+    def batch_start(
+        self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any, batch: Any,
+        batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._batch_start(trainer, spec)
+
+    def batch_end(
+        self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any, outputs: Any,
+        batch: Any, batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._batch_end(trainer, spec, batch_idx)
+
+    def end(self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any) -> None:
+        self._stage_end(trainer, spec)
+
+    hooks: dict[str, Callable[..., None]] = {
+        spec.start: start, spec.batch_start: batch_start,
+        spec.batch_end: batch_end, spec.end: end,
+    }  # fmt: skip
+    for name, hook in hooks.items():
+        hook.__name__ = hook.__qualname__ = name
+        hook.__doc__ = f"Lightning hook: the {spec.stage!r} row of STAGE_HOOKS."
+        setattr(NeuronProfilerCallback, name, hook)
+
+
+for _spec in STAGE_HOOKS:
+    _bind(_spec)
