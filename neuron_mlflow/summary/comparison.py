@@ -250,3 +250,55 @@ def render_json(c: Comparison) -> str:
         "notes": c.notes,
     }
     return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def profile_from_summary(
+    run_id: str, name: str, summary: Any, prefix: str = "profile", backend: str | None = None
+) -> RunProfile:
+    """A :class:`RunProfile` from a window's :class:`~neuron_mlflow.summary.ops.OpSummary`
+    (for comparing windows in hand, without reading MLflow).
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> s = build_summary([RawOp("aten::mul", 2, 4.0, 4.0)], 2, 2, 10.0)
+        >>> profile_from_summary("r1", "naive", s).headline["op_calls"]
+        1.0
+    """
+    headline = {
+        "cpu_time_us": summary.cpu_time_us,
+        "wall_time_us": summary.wall_time_us,
+        "op_calls": summary.op_calls,
+        "steps": float(summary.steps),
+    }
+    if summary.device_time_us is not None:
+        headline["device_time_us"] = summary.device_time_us
+    ops = {}
+    for op in summary.ops:
+        ops[op.name] = {"self_cpu_us": op.self_cpu_us, "calls": op.calls}
+        if op.self_device_us is not None:
+            ops[op.name]["self_device_us"] = op.self_device_us
+    return RunProfile(run_id, name, prefix, headline, ops, backend)
+
+
+def render_seed_markdown(c: Comparison) -> str:
+    """``comparison.md``: the seed's side-by-side table of the runs, then the changes.
+
+    Example:
+        >>> a = RunProfile("a", "naive", "p", {"cpu_time_us": 125.0, "op_calls": 6.0}, {})
+        >>> print(render_seed_markdown(compare_profiles([a, a])).splitlines()[2])
+        | naive | n/a | 125.0 | 6 | - |
+    """
+    lines = [
+        "| variant | device time (us) | self CPU (us) | op calls | wall time (us) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in c.runs:
+        h = r.headline
+        cells = [
+            f"{h['device_time_us']:.1f}" if "device_time_us" in h else "n/a",
+            f"{h['cpu_time_us']:.1f}" if "cpu_time_us" in h else "-",
+            f"{h['op_calls']:g}" if "op_calls" in h else "-",
+            f"{h['wall_time_us']:.1f}" if "wall_time_us" in h else "-",
+        ]
+        lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + render_markdown(c)

@@ -1,0 +1,177 @@
+"""``comparison.html``: the side by side of profiled runs as a picture, self-contained.
+
+Written by ``neuron-mlflow compare --html PATH`` (and ``--log-to RUN``) and by the RMSNorm
+recipe on its parent run. From one :class:`~neuron_mlflow.summary.comparison.Comparison`:
+
+- per-run totals (device time, self CPU time, op calls, wall time per step) as bars;
+- per-operator grouped bars (self device time, else self CPU time, per step) across the
+  runs, the baseline in blue, a faster run in green, a slower one in red, with the change;
+  the wheel over this chart zooms its value axis, so small operators can be read too;
+- the regression verdict of ``--fail-above`` when given.
+
+Same page rules as ``report.html`` (:mod:`neuron_mlflow.summary.report`): no network, no
+storage, everything inline, for MLflow's sandboxed artifact viewer.
+
+Example:
+    >>> from neuron_mlflow.summary.comparison import RunProfile, compare_profiles
+    >>> op = lambda us: {"aten::mul": {"self_cpu_us": us}}
+    >>> a = RunProfile("a1", "naive", "p", {"cpu_time_us": 125.0}, op(61.0))
+    >>> b = RunProfile("b2", "fused", "p", {"cpu_time_us": 48.0}, op(9.0))
+    >>> page = render_comparison_html(compare_profiles([a, b]), fail_above_pct=10.0)
+    >>> "-61.6%" in page, "passes" in page
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from neuron_mlflow.summary.comparison import Comparison, regressions
+from neuron_mlflow.summary.names import display_names
+from neuron_mlflow.summary.report import page
+from neuron_mlflow.summary.tables import format_us
+
+LABELS = {
+    "device_time_us": "device time per step",
+    "cpu_time_us": "self CPU time per step",
+    "op_calls": "op calls per step",
+    "wall_time_us": "wall time per step",
+}
+
+
+def _value(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}" if metric in ("op_calls", "calls", "steps") else format_us(value)
+
+
+def _bar(
+    title: str, run: str, value: float | None, scale: float, text: str, change: str, kind: str
+) -> str:
+    width = 100 * (value or 0.0) / scale if scale else 0.0
+    detail = f"{run}: {text}" + (f" ({change} vs the baseline)" if change else "")
+    data = f' data-value="{value!r}"' if value is not None else ""
+    return (
+        f'<div class="cmp-bar {kind}" data-run="{html.escape(run)}" '
+        f'data-title="{html.escape(title)}"'
+        f' data-detail="{html.escape(detail)}"{data}><div class="muted">{html.escape(run)}</div>'
+        f'<div class="num">{html.escape(text)}</div><div class="track"><div class="fill" '
+        f'style="width:{min(width, 100.0):.2f}%"></div></div><div class="num">{html.escape(change)}'
+        "</div><div></div></div>"
+    )
+
+
+def _kind(pct: float | None, is_base: bool) -> str:
+    if is_base:
+        return "base"
+    if pct is None or abs(pct) < 0.05:
+        return ""
+    return "good" if pct < 0 else "bad"
+
+
+def _totals(c: Comparison) -> str:
+    out = ['<div class="cmp" id="nm-totals">']
+    for metric in (m for m in c.headline_metrics if m in LABELS):
+        values = [r.headline[metric] for r in c.runs]
+        out.append(f'<div class="group" data-metric="{metric}">{LABELS[metric]}</div>')
+        for r, value in zip(c.runs, values, strict=True):
+            base = r.run_id == c.baseline
+            pct = None if base else c.headline_change_pct[r.run_id].get(metric)
+            change = "" if pct is None else f"{pct:+.1f}%"
+            out.append(
+                _bar(
+                    LABELS[metric],
+                    r.name,
+                    value,
+                    max(values) or 1.0,
+                    _value(metric, value),
+                    change,
+                    _kind(pct, base),
+                )
+            )
+    return "".join(out) + "</div>"
+
+
+def _ops(c: Comparison) -> tuple[str, float]:
+    if not c.op_rows:
+        return '<p class="muted">No per-operator data in these runs.</p>', 1.0
+    field = c.op_rows[0]["field"]
+    top = max((v or 0.0) for row in c.op_rows for v in row["values"].values()) or 1.0
+    names = display_names(row["op"] for row in c.op_rows)
+    out = [
+        '<div class="toolbar"><button id="nm-reset">Reset zoom</button>'
+        '<span id="nm-range" class="muted"></span></div><div class="cmp" id="nm-op-chart">'
+    ]
+    for row in c.op_rows:
+        op = row["op"]
+        out.append(
+            f'<div class="group" data-op="{html.escape(op)}" title="{html.escape(op)}">'
+            f"{html.escape(names[op])}</div>"
+        )
+        for r in c.runs:
+            value = row["values"].get(r.run_id)
+            status = row["status"].get(r.run_id, "")
+            pct = row["delta_pct"].get(r.run_id)
+            change = f"[{status}]" if status else ("" if pct is None else f"{pct:+.1f}%")
+            kind = (
+                _kind(pct, r.run_id == c.baseline)
+                if not status
+                else ("bad" if status == "new" else "good")
+            )
+            out.append(_bar(op, r.name, value, top, _value(field, value), change, kind))
+    return "".join(out) + "</div>", top
+
+
+def render_comparison_html(
+    comparison: Comparison, fail_above_pct: float | None = None, title: str = "Comparison"
+) -> str:
+    """Render ``comparison.html`` (see the module docstring).
+
+    Args:
+        comparison: from :func:`~neuron_mlflow.summary.comparison.compare_profiles`.
+        fail_above_pct: ``--fail-above``: show the regression verdict for this limit.
+        title: the page's heading.
+
+    Returns:
+        The page (UTF-8 text).
+    """
+    c = comparison
+    base = next(r for r in c.runs if r.run_id == c.baseline)
+    runs = " · ".join(
+        f"{r.name} ({r.run_id[:8]}{', ' + r.backend if r.backend else ''})" for r in c.runs
+    )
+    verdict = ""
+    if fail_above_pct is not None:
+        failures = regressions(c, fail_above_pct)
+        if failures:
+            items = "".join(f"<div>regression: {html.escape(line)}</div>" for line in failures)
+            verdict = (
+                f'<div class="verdict fail" id="nm-verdict">Fails --fail-above '
+                f"{fail_above_pct:g}%{items}</div>"
+            )
+        else:
+            verdict = (
+                f'<div class="verdict pass" id="nm-verdict">The gate passes: no run\'s '
+                f"{c.time_metric} is more than {fail_above_pct:g}% above the baseline's.</div>"
+            )
+    notes = "".join(f'<div class="note">{html.escape(n)}</div>' for n in c.notes)
+    ops_html, top = _ops(c)
+    field = c.op_rows[0]["field"] if c.op_rows else ""
+    body = (
+        f'<h1>{html.escape(title)}</h1><div class="header" id="nm-header">'
+        f"<div><b>runs</b>{html.escape(runs)}</div><div><b>baseline</b>{html.escape(base.name)}"
+        f"</div><div><b>headline time</b>{html.escape(c.time_metric)}</div></div>{verdict}{notes}"
+        '<h2>Per run</h2><div class="legend"><span style="--c:#2167d1">baseline</span>'
+        '<span style="--c:#1a7f37">lower than the baseline</span><span style="--c:#c62828">'
+        "higher</span></div>"
+        f"{_totals(c)}<h2>Per operator ({html.escape(field)} per step)</h2>{ops_html}"
+    )
+    return page(title, body, {"op_max": top}, ("comparison.js",))
+
+
+def write_comparison_html(path: str | Path, comparison: Comparison, **kwargs: object) -> Path:
+    """Write :func:`render_comparison_html` to ``path``; return it."""
+    target = Path(path)
+    target.write_text(render_comparison_html(comparison, **kwargs), encoding="utf-8")  # type: ignore[arg-type]
+    return target
