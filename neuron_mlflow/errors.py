@@ -27,6 +27,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 
 class NeuronMlflowError(Exception):
     """Base class of every error raised by neuron-mlflow.
@@ -56,9 +59,9 @@ class ConfigError(NeuronMlflowError, ValueError):
           backend: got 'tpu'; Input should be 'auto', 'neuron', 'cuda' or 'cpu'
     """
 
-    def __init__(self, message: str, errors: list[dict] | None = None) -> None:
+    def __init__(self, message: str, errors: Sequence[Mapping[str, Any]] | None = None) -> None:
         super().__init__(message)
-        self.errors = errors or []
+        self.errors = list(errors or [])
 
 
 class BackendUnavailableError(NeuronMlflowError, RuntimeError):
