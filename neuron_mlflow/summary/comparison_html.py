@@ -25,10 +25,18 @@ Example:
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 
-from neuron_mlflow.summary.comparison import Comparison, regressions
+from neuron_mlflow.summary.comparison import (
+    Comparison,
+    compare_profiles,
+    profile_from_summary,
+    regressions,
+    render_seed_markdown,
+)
 from neuron_mlflow.summary.names import display_names
+from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import page
 from neuron_mlflow.summary.tables import format_us
 
@@ -175,3 +183,38 @@ def write_comparison_html(path: str | Path, comparison: Comparison, **kwargs: ob
     target = Path(path)
     target.write_text(render_comparison_html(comparison, **kwargs), encoding="utf-8")  # type: ignore[arg-type]
     return target
+
+
+def comparison_report(
+    runs: Mapping[str, tuple[str, OpSummary]],
+    baseline: str | None = None,
+    fail_above_pct: float | None = None,
+    title: str = "Comparison",
+    top: int = 20,
+) -> tuple[str, str]:
+    """``comparison.md`` and ``comparison.html`` for windows in hand (no MLflow read).
+
+    Args:
+        runs: display name -> (run id, that run's window summary), baseline first.
+        baseline: the baseline's run id (default: the first).
+        fail_above_pct: show the ``--fail-above`` verdict for this limit.
+        title: the page's heading.
+        top: operators shown.
+
+    Returns:
+        The Markdown (the seed's side-by-side table, then the changes) and the page.
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> naive = build_summary([RawOp("aten::mul", 3, 60.9, 60.9)], 6, 1, 200.0)
+        >>> fused = build_summary([RawOp("aten::_fused_rms_norm", 1, 47.6, 47.6)], 1, 1, 90.0)
+        >>> md, page = comparison_report({"naive": ("r1", naive), "rms_norm": ("r2", fused)})
+        >>> md.splitlines()[3]
+        '| rms_norm | n/a | 47.6 | 1 | 90.0 |'
+    """
+    profiles = [
+        profile_from_summary(run_id, name, summary) for name, (run_id, summary) in runs.items()
+    ]
+    comparison = compare_profiles(profiles, baseline=baseline, top=top)
+    page = render_comparison_html(comparison, fail_above_pct=fail_above_pct, title=title)
+    return render_seed_markdown(comparison), page

@@ -1,0 +1,113 @@
+"""Write a spooled window's ``report.html`` from the files in its artifact folder.
+
+The window assembly (:mod:`neuron_mlflow.engine.window`) calls :func:`write_window_report`
+after the summary files, off the training thread; the timeline comes from the lowest
+rank's trace under ``traces/`` (:func:`~neuron_mlflow.trace.timeline.build_timeline`), the
+rest from the summary and the window's manifest.
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> s = build_summary([RawOp("aten::mul", 2, 4.0, 4.0)], 2, 2, 10.0)
+    >>> manifest = {"artifact_path": "profile/step_000000-000001",
+    ...             "window": {"first": 0, "last": 1}, "tags": {"neuron_mlflow.backend": "cpu"}}
+    >>> write_window_report(folder, s, manifest).name
+    'report.html'
+    >>> report_header(manifest)["window"]
+    'steps 0-1'
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from neuron_mlflow.errors import TraceFormatError
+from neuron_mlflow.summary.ops import OpSummary
+from neuron_mlflow.summary.report import BUDGET_BYTES, write_report
+from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline
+
+logger = logging.getLogger("neuron_mlflow")
+
+REPORT_FILE = "report.html"
+_RANK = re.compile(r"rank_(\d+)")
+_TAGS = (
+    ("backend", "neuron_mlflow.backend"),
+    ("device", "neuron_mlflow.device"),
+    ("host", "neuron_mlflow.host"),
+    ("rank", "neuron_mlflow.rank"),
+    ("world size", "neuron_mlflow.world_size"),
+    ("source", "neuron_mlflow.source"),
+)
+
+
+def window_trace(artifacts_dir: Path) -> Path | None:
+    """The window's trace for the timeline: the lowest rank's first ``.json``/``.json.gz``
+    file under ``traces/`` (``None`` when there is none)."""
+
+    def order(path: Path) -> tuple[int, str]:
+        match = _RANK.search(str(path.relative_to(artifacts_dir)))
+        return (int(match.group(1)) if match else 1 << 30, str(path))
+
+    root = artifacts_dir / "traces"
+    if not root.is_dir():
+        return None
+    found = [p for p in root.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file()]
+    return min(found, key=order) if found else None
+
+
+def report_header(manifest: dict[str, Any], versions: dict[str, str] | None = None) -> dict:
+    """The report's header from a window's manifest: backend, device, window, ids, versions.
+
+    Args:
+        manifest: the window's manifest (``tags``, ``window``, ``artifact_path``, ``run_id``).
+        versions: more ``label -> version`` entries.
+    """
+    tags = manifest.get("tags") or {}
+    window = manifest.get("window") or {}
+    header: dict[str, Any] = {k: tags.get(tag) for k, tag in _TAGS[:2]}
+    if "first" in window:
+        header["window"] = f"steps {window['first']}-{window.get('last', window['first'])}"
+    header["window id"] = manifest.get("artifact_path")
+    header["run"] = manifest.get("run_id") or manifest.get("run_name")
+    header.update({k: tags.get(tag) for k, tag in _TAGS[2:]})
+    header["neuron-mlflow"] = tags.get("neuron_mlflow.version")
+    header["torch"] = tags.get("neuron_mlflow.torch_version")
+    header.update(versions or {})
+    return {k: v for k, v in header.items() if v not in (None, "")}
+
+
+def write_window_report(
+    artifacts_dir: Path,
+    summary: OpSummary,
+    manifest: dict[str, Any],
+    trace: Path | None = None,
+    budget_bytes: int = BUDGET_BYTES,
+    max_events: int = MAX_EVENTS,
+) -> Path:
+    """Write ``report.html`` into the window's artifact folder; return its path.
+
+    Args:
+        artifacts_dir: the window's artifact folder (with ``traces/``).
+        summary: the window's summary.
+        manifest: the window's manifest (for the header).
+        trace: the trace to draw (default: :func:`window_trace`).
+        budget_bytes: the report's size budget.
+        max_events: bars the timeline keeps at most.
+
+    A trace that cannot be read gives a report without a timeline (and an ``INFO`` log);
+    other errors propagate (the caller decides: a window never fails for its report).
+    """
+    trace = trace or window_trace(artifacts_dir)
+    timeline = None
+    if trace is not None:
+        try:
+            timeline = build_timeline(trace, max_events=max_events).to_dict()
+        except (TraceFormatError, OSError, EOFError) as exc:
+            logger.info("report.html without a timeline: %s", exc)
+    target = artifacts_dir / REPORT_FILE
+    return write_report(target, summary, report_header(manifest), timeline, budget_bytes)
