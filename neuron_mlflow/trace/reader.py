@@ -127,7 +127,10 @@ class TraceStream:
 
     def _fill(self) -> bool:
         assert self._file is not None
-        more = self._file.read(CHUNK_CHARS)
+        try:
+            more = self._file.read(CHUNK_CHARS)
+        except (EOFError, OSError, UnicodeDecodeError) as exc:  # truncated or corrupt gzip
+            raise self._error(f"unreadable data ({type(exc).__name__}: {exc})") from None
         self._base += _utf8_length(self._text[: self._pos])
         self._chars += self._pos
         self._text = self._text[self._pos :] + more
