@@ -14,6 +14,19 @@ name                                        meaning
 ``P/op/<key>/self_cpu_us``                  self CPU time of one op per step
 ``P/op/<key>/calls``                        calls of one op per step
 ``P/op/<key>/device_pct``                   share of the window's device time (%)
+``P/device_busy_pct``                       share of the wall time the device was busy (%)
+``P/memory/peak_allocated_bytes``           peak allocated bytes in the window (device, else CPU)
+``P/memory/<device>/peak_allocated_bytes``  the same per device (``cpu``, ``cuda``, ...)
+``P/flops_per_step``                        FLOPs per step (``with_flops``)
+``P/achieved_tflops``                       FLOPs per step over the wall time per step (TFLOP/s)
+``P/op/<key>/flops``                        FLOPs of one op per step
+``P/mfu_pct``                               achieved TFLOP/s over the cores' documented peak (%)
+``P/neuron/<headline>``                     Neuron Explorer headline numbers (``neuron_explorer``)
+``P/neuron/summary/<field path>``           every numeric field of Explorer's summary-json
+``system/neuron/...``                       neuron-monitor samples (``neuron_monitor``), whole job
+``P/rank/<r>/device_time_us``               one rank's device time per step (else ``cpu_time_us``)
+``P/rank/<r>/wall_time_us``                 one rank's wall time per step
+``P/config/<field>``                        param: one configuration field
 ``P/step_<first:06d>-<last:06d>/``          artifact folder of one window
 ==========================================  =====================================================
 
@@ -34,6 +47,14 @@ from neuron_mlflow.summary.ops import OpSummary
 
 MAX_KEY_CHARS = 120
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+# Marker names in traces (the counting rules: neuron_mlflow/trace/rules.py).
+STEP_MARKER_PREFIX = "ProfilerStep"
+"""torch.profiler's ``ProfilerStep#N`` range around each profiled step (never an operator)."""
+CALL_MARKER_PREFIX = "neuron_mlflow: "
+"""Prefix of our ``record_function`` ranges: each decorated call, each Lightning training step."""
+TRAIN_STEP_MARKER = CALL_MARKER_PREFIX + "train_step"
+"""The callback's range from ``on_train_batch_start`` to ``on_train_batch_end``."""
 
 
 def _digest(name: str) -> str:
@@ -155,4 +176,148 @@ def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, flo
         if op.self_device_us is not None:
             metrics[metric_key(prefix, "op", key, "self_device_us")] = op.self_device_us
             metrics[metric_key(prefix, "op", key, "device_pct")] = op.device_pct or 0.0
+    metrics.update(extra_metrics(summary, prefix, top_k))
     return metrics
+
+
+def param_key(prefix: str, field_name: str) -> str:
+    """Param name of one configuration field, logged once per prefix and run.
+
+    Example:
+        >>> param_key("profile/train", "schedule.active")
+        'profile/train/config/schedule.active'
+    """
+    return metric_key(prefix, "config", field_name)
+
+
+def partial_tag(artifact_path: str) -> str:
+    """Run tag set to ``"true"`` on a window cut short before its last scheduled step.
+
+    Example:
+        >>> partial_tag("profile/step_000000-000001")
+        'neuron_mlflow.partial/profile/step_000000-000001'
+    """
+    return f"neuron_mlflow.partial/{artifact_path}"
+
+
+def rank_metrics(prefix: str, rank: int, summary: OpSummary) -> dict[str, float]:
+    """One rank's headline metrics: ``P/rank/<r>/device_time_us`` (else ``cpu_time_us``) and
+    ``P/rank/<r>/wall_time_us``.
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> s = build_summary([RawOp("aten::mul", 1, 4.0, 4.0)], 1, 1, 10.0)
+        >>> rank_metrics("profile", 1, s)
+        {'profile/rank/1/cpu_time_us': 4.0, 'profile/rank/1/wall_time_us': 10.0}
+    """
+    return rank_values_metrics(
+        prefix,
+        rank,
+        summary.device_time_us if summary.device_time_us is not None else summary.cpu_time_us,
+        summary.wall_time_us,
+        has_device=summary.device_time_us is not None,
+    )
+
+
+def rank_values_metrics(
+    prefix: str, rank: int, time_us: float, wall_us: float, has_device: bool
+) -> dict[str, float]:
+    """:func:`rank_metrics` from plain values (as gathered across ranks).
+
+    Example:
+        >>> rank_values_metrics("profile", 0, 5.0, 9.0, has_device=True)
+        {'profile/rank/0/device_time_us': 5.0, 'profile/rank/0/wall_time_us': 9.0}
+    """
+    name = "device_time_us" if has_device else "cpu_time_us"
+    return {
+        metric_key(prefix, "rank", str(rank), name): time_us,
+        metric_key(prefix, "rank", str(rank), "wall_time_us"): wall_us,
+    }
+
+
+def busy_metric(prefix: str) -> str:
+    """``P/device_busy_pct``: the share of the window's wall time the device was busy.
+
+    Example:
+        >>> busy_metric("profile")
+        'profile/device_busy_pct'
+    """
+    return metric_key(prefix, "device_busy_pct")
+
+
+def call_marker(name: str) -> str:
+    """The ``record_function`` range name around one profiled call of ``name``.
+
+    Example:
+        >>> call_marker("rmsnorm")
+        'neuron_mlflow: rmsnorm'
+    """
+    return CALL_MARKER_PREFIX + name
+
+
+def extra_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
+    """What ``record_shapes``/``profile_memory``/``with_flops`` add to a window's metrics.
+
+    ``P/memory/peak_allocated_bytes`` (the device's peak where the trace has device memory
+    events, else the CPU's), ``P/memory/<device>/peak_allocated_bytes`` per device (``cpu``,
+    ``cuda``, ...), ``P/flops_per_step``, ``P/achieved_tflops`` (FLOPs per step over the wall
+    time per step) and ``P/op/<key>/flops`` (per step) for the first ``top_k`` operators.
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> s = build_summary([RawOp("aten::mm", 1, 4.0, 4.0, flops=2e6)], 1, 1, 10.0,
+        ...                   peak_allocated_bytes={"cpu": 4096.0})
+        >>> sorted(extra_metrics(s, "P", top_k=5).items())  # doctest: +NORMALIZE_WHITESPACE
+        [('P/achieved_tflops', 0.2), ('P/flops_per_step', 2000000.0),
+         ('P/memory/cpu/peak_allocated_bytes', 4096.0),
+         ('P/memory/peak_allocated_bytes', 4096.0), ('P/op/aten.mm/flops', 2000000.0)]
+    """
+    metrics: dict[str, float] = {}
+    peaks = summary.peak_allocated_bytes
+    if peaks:
+        devices = [d for d in peaks if d != "cpu"]
+        metrics[metric_key(prefix, "memory", "peak_allocated_bytes")] = peaks[
+            devices[0] if devices else "cpu"
+        ]
+        for device, peak in peaks.items():
+            metrics[metric_key(prefix, "memory", device, "peak_allocated_bytes")] = peak
+    if summary.flops_per_step is not None:
+        metrics[metric_key(prefix, "flops_per_step")] = summary.flops_per_step
+        if summary.wall_time_us > 0:
+            tflops = summary.flops_per_step / summary.wall_time_us / 1e6  # FLOP/us -> TFLOP/s
+            metrics[metric_key(prefix, "achieved_tflops")] = tflops
+        keys = op_keys(op.name for op in summary.ops)
+        for op in summary.top(top_k):
+            if op.flops is not None:
+                metrics[metric_key(prefix, "op", keys[op.name], "flops")] = op.flops
+    return metrics
+
+
+def neuron_metric_key(prefix: str, *parts: str) -> str:
+    """``P/neuron/<parts>``: a Neuron Explorer number, each part made MLflow-safe.
+
+    Example:
+        >>> neuron_metric_key("profile", "summary", "n_1f2e", "tensor_engine_active_time_percent")
+        'profile/neuron/summary/n_1f2e/tensor_engine_active_time_percent'
+    """
+    return metric_key(prefix, "neuron", *(safe_op_key(part) or "_" for part in parts))
+
+
+def mfu_metric(prefix: str) -> str:
+    """``P/mfu_pct``: model FLOPs utilisation of the window (%).
+
+    Example:
+        >>> mfu_metric("profile")
+        'profile/mfu_pct'
+    """
+    return metric_key(prefix, "mfu_pct")
+
+
+def system_metric_key(*parts: str) -> str:
+    """``system/neuron/<parts>``: a neuron-monitor sample, named like MLflow's system metrics.
+
+    Example:
+        >>> system_metric_key("core_0", "utilization_pct")
+        'system/neuron/core_0/utilization_pct'
+    """
+    return "/".join(("system", "neuron", *(safe_op_key(part) or "_" for part in parts)))

@@ -139,3 +139,21 @@ def planned_windows(schedule: Schedule, total_steps: int) -> list[Window]:
         windows.append(window_at(schedule, start))  # type: ignore[arg-type]
         index += 1
     return windows
+
+
+def next_window_start_skipping(schedule: Schedule, skip: set[int], step: int) -> int | None:
+    """Like :func:`next_window_start`, passing over windows whose index is in ``skip``.
+
+    Example:
+        >>> from neuron_mlflow.config import Schedule
+        >>> s = Schedule(warmup=0, active=2, repeat=3)
+        >>> next_window_start_skipping(s, {0}, 0)
+        2
+    """
+    start = next_window_start(schedule, step)
+    while start is not None:
+        window = window_at(schedule, start)
+        if window is None or window.index not in skip:
+            return start
+        start = next_window_start(schedule, window.last + 1)
+    return None

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.engine.environment import package_version
+from neuron_mlflow.engine.window import WindowSpec, assemble_window
 from neuron_mlflow.errors import IngestError
-from neuron_mlflow.naming import metric_key, trace_folder, window_artifact_path, window_metrics
-from neuron_mlflow.sinks.spool import Spool, WindowRecord, write_summary_files
+from neuron_mlflow.naming import rank_metrics, trace_folder
+from neuron_mlflow.sinks.spool import ARTIFACTS, Spool, WindowRecord
 from neuron_mlflow.trace.summarize import TraceResult, summarize_trace
 
 _NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
@@ -88,17 +89,9 @@ def spool_traces(
     main_rank = next(iter(ranks))
     main = ranks[main_rank][1]
     summary = main.summary
-    metrics: dict[str, float] = window_metrics(summary, prefix, top_k)
-    if main.device_busy_pct is not None and summary.device_time_us is not None:
-        metrics[metric_key(prefix, "device_busy_pct")] = main.device_busy_pct
+    rank_values: dict[str, float] = {}
     for rank, (_, result) in ranks.items():
-        s = result.summary
-        name = "device_time_us" if s.device_time_us is not None else "cpu_time_us"
-        value = s.device_time_us if s.device_time_us is not None else s.cpu_time_us
-        metrics[metric_key(prefix, "rank", str(rank), name)] = value
-        metrics[metric_key(prefix, "rank", str(rank), "wall_time_us")] = s.wall_time_us
-    last = summary.steps - 1
-    artifact_path = window_artifact_path(prefix, 0, last)
+        rank_values.update(rank_metrics(prefix, rank, result.summary))
     tags = {
         "neuron_mlflow.source": "ingest",
         "neuron_mlflow.version": package_version(),
@@ -107,18 +100,10 @@ def spool_traces(
     if summary.device_label:
         tags["neuron_mlflow.device"] = summary.device_label
     spool = Spool(local_dir.absolute())
-    record = spool.create_window(
-        spool.new_session_dir(),
-        artifact_path,
-        status="incomplete",
-        metrics=metrics,
-        params={},
-        tags=tags,
-        metric_step=last,
-        window={"index": 0, "first": 0, "last": last, "partial": False},
-    )
+    session_dir = spool.new_session_dir()
+    staged = Spool.capture_dir(session_dir, 0)
     for rank, (path, _) in ranks.items():
-        target = record.artifacts_dir / trace_folder(rank)
+        target = staged / ARTIFACTS / trace_folder(rank)
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target / path.name)
     sources: dict[str, Any] = {
@@ -131,13 +116,25 @@ def spool_traces(
         }
         for rank, (path, result) in ranks.items()
     }
-    write_summary_files(
-        record.artifacts_dir,
-        summary,
-        f"{prefix}: {ranks[main_rank][0].name} (rank {main_rank})",
-        {"prefix": prefix, "window": record.manifest["window"], "ranks": sources},
+    last = summary.steps - 1
+    record = assemble_window(
+        spool,
+        session_dir,
+        WindowSpec(
+            prefix=prefix,
+            index=0,
+            first=0,
+            last=last,
+            summary=summary,
+            top_k=top_k,
+            device_busy_pct=main.device_busy_pct,
+            extra_metrics=rank_values,
+            tags=tags,
+            staged=staged,
+            title=f"{prefix}: {ranks[main_rank][0].name} (rank {main_rank})",
+            document={"ranks": sources},
+        ),
     )
-    record.update(status="pending")
     return record, ranks
 
 

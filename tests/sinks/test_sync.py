@@ -33,6 +33,7 @@ def _profile_offline(monkeypatch, tmp_path, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         results = [profiled(x, w) for _ in range(4)]
+        profiled.profiler.session.wait()  # the background worker has tried the upload
     assert torch.equal(results[-1], rmsnorm_naive(x, w)), "the user's function kept running"
     return profiled, [
         str(w.message) for w in caught if issubclass(w.category, nm.NeuronMlflowWarning)
@@ -95,6 +96,7 @@ def test_upload_failing_halfway_is_resumed_without_duplicates(monkeypatch, tmp_p
     with pytest.warns(nm.NeuronMlflowWarning, match="pending"):
         for _ in range(3):
             profiled(*inputs())
+        profiled.profiler.session.wait()  # the background worker has tried the upload
     (record,) = list(Spool(tmp_path / "spool").windows("pending"))
     assert record.manifest["uploaded"] == {
         "tags": True,

@@ -1,0 +1,146 @@
+"""One live window: the ``torch.profiler`` capture of the steps of one scheduled window.
+
+The profiler is created when the window's warm-up begins, with a schedule of its own that
+mirrors :mod:`neuron_mlflow.schedule` for just this window, and stopped after its last
+recorded step (or earlier, when the window is cut short). When torch finishes the window it
+calls ``on_trace_ready``: the backend writes its trace into the window's staging folder,
+which is everything the summary and the upload need later, off the training thread.
+
+Example:
+    >>> import tempfile, time, torch
+    >>> from pathlib import Path
+    >>> from neuron_mlflow.capture.backends import resolve_backend
+    >>> from neuron_mlflow.config import ProfilerConfig, Schedule
+    >>> from neuron_mlflow.schedule import window_at
+    >>> cfg = ProfilerConfig(backend="cpu", schedule=Schedule(warmup=0, active=1))
+    >>> staging = Path(tempfile.mkdtemp())
+    >>> live = LiveWindow(window_at(cfg.schedule, 0), resolve_backend("cpu", cfg), cfg,
+    ...                   staging, staging / "traces" / "rank_0")
+    >>> live.start()
+    >>> _ = torch.ones(4) * 2
+    >>> live.record_step(0, time.perf_counter_ns())
+    >>> live.step()
+    >>> live.stop()
+    >>> live.recorded_steps, any((staging / "traces" / "rank_0").iterdir())
+    (1, True)
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.profile_reader import CapturedStats, read_profile
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.schedule import Window, action_at
+
+if TYPE_CHECKING:
+    import torch.profiler
+
+
+@dataclass
+class LiveWindow:
+    """A running window: its profiler and what it has recorded so far.
+
+    Attributes:
+        window: the scheduled window.
+        backend: the backend that captures it.
+        config: the effective configuration.
+        staging: the window's staging folder in the spool.
+        trace_dir: where the backend writes this rank's trace (under ``staging``).
+        calls_marked: each step's own work is inside a call marker (the decorator).
+        recorded_steps: steps recorded so far; ``last_recorded`` the last one's number.
+        wall_ns: summed wall time of the recorded steps.
+        stats: what the profiler's tables held (filled when torch finishes the window).
+        errors: our failures while finishing the window (kept in the summary).
+    """
+
+    window: Window
+    backend: Backend
+    config: ProfilerConfig
+    staging: Path
+    trace_dir: Path
+    calls_marked: bool = False
+    recorded_steps: int = 0
+    last_recorded: int = -1
+    wall_ns: int = 0
+    stats: CapturedStats | None = None
+    errors: list[str] = field(default_factory=list)
+    marker: Any = None
+    prof: Any = None
+
+    def record_step(self, step: int, started_ns: int) -> None:
+        """Count ``step`` as recorded, with its wall time since ``started_ns``."""
+        self.wall_ns += time.perf_counter_ns() - started_ns
+        self.recorded_steps += 1
+        self.last_recorded = step
+
+    def _torch_schedule(self, relative_step: int) -> torch.profiler.ProfilerAction:
+        import torch.profiler
+
+        step = self.window.start + relative_step
+        if step > self.window.last:
+            return torch.profiler.ProfilerAction.NONE
+        return torch.profiler.ProfilerAction[action_at(self.config.schedule, step).name]
+
+    def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
+        try:
+            self.stats = read_profile(prof, calls_marked=self.calls_marked)
+        except Exception as exc:
+            self.errors.append(f"reading the profile failed: {type(exc).__name__}: {exc}")
+        try:
+            self.backend.export_trace(prof, self.trace_dir)
+        except Exception as exc:
+            self.errors.append(f"writing the trace failed: {type(exc).__name__}: {exc}")
+
+    def start(self) -> None:
+        """Create and start the profiler (its schedule begins at the window's first step)."""
+        import torch.profiler
+
+        cfg = self.config
+        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            prof = torch.profiler.profile(
+                activities=self.backend.activities(),
+                schedule=self._torch_schedule,
+                on_trace_ready=self._on_trace_ready,
+                record_shapes=cfg.record_shapes,
+                with_stack=cfg.with_stack,
+                profile_memory=cfg.profile_memory,
+                with_flops=cfg.with_flops,
+                **self.backend.profiler_kwargs(cfg, self.trace_dir),
+            )
+            prof.start()
+        self.prof = prof
+
+    def step(self) -> None:
+        """Advance the profiler's schedule by one step (``prof.step()``)."""
+        self.prof.step()
+
+    def enter_marker(self, name: str) -> None:
+        """Open a ``record_function`` range around one step's own work."""
+        import torch.profiler
+
+        marker = torch.profiler.record_function(name)
+        marker.__enter__()
+        self.marker = marker
+
+    def exit_marker(self) -> None:
+        """Close the range opened by :meth:`enter_marker`, if any."""
+        if self.marker is not None:
+            marker, self.marker = self.marker, None
+            marker.__exit__(None, None, None)
+
+    def stop(self) -> None:
+        """Stop the profiler; torch calls ``on_trace_ready`` if a recorded step is pending."""
+        if self.prof is None:
+            return
+        prof, self.prof = self.prof, None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            prof.stop()

@@ -1,0 +1,108 @@
+"""The ``neuron-mlflow`` argument parser: every verb, option and help text.
+
+Example:
+    >>> build_parser().parse_args(["summarize", "t.json"]).verb
+    'summarize'
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neuron-mlflow",
+        description="Accelerator profiling windows in MLflow.",
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    sync = verbs.add_parser(
+        "sync",
+        help="upload every pending window of the local spool to the current tracking URI",
+        description=(
+            "Upload every pending window of the local spool to the tracking URI that MLflow "
+            "resolves (MLFLOW_TRACKING_URI), into its original run when that run exists there, "
+            "else into a new run. Windows already uploaded are never uploaded again."
+        ),
+    )
+    sync.add_argument(
+        "--local-dir",
+        default=None,
+        help="the spool folder (default: ProfilerConfig().local_dir, ./neuron_mlflow_traces)",
+    )
+    sync.add_argument(
+        "--include-incomplete",
+        action="store_true",
+        help="also upload windows that were interrupted by an exception",
+    )
+    compare = verbs.add_parser(
+        "compare",
+        help="compare profiled runs: headline metrics and per-op changes vs a baseline",
+        description=(
+            "Compare the latest profile windows of MLflow runs side by side: headline metrics "
+            "(device time, self CPU time, wall time, op calls, steps) and per-op times with "
+            "the change against the baseline (first run unless --baseline). Exit codes: 0 ok, "
+            "1 regression above --fail-above, 2 bad usage (unknown runs, no profile metrics)."
+        ),
+    )
+    compare.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="runs to compare")
+    compare.add_argument("--baseline", metavar="RUN_ID", help="the run others are compared to")
+    compare.add_argument("--prefix", metavar="P", help="metric prefix (default: the run's own)")
+    compare.add_argument("--top", type=int, default=20, metavar="N", help="ops shown (20)")
+    compare.add_argument(
+        "--fail-above",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a run's headline time exceeds the baseline's by more than PCT %%",
+    )
+    compare.add_argument(
+        "--format", choices=("table", "markdown", "json"), default="table", help="output format"
+    )
+    compare.add_argument("--experiment", metavar="NAME", help="pick runs from this experiment")
+    compare.add_argument(
+        "--last", type=int, metavar="K", help="with --experiment: the K most recent profiled runs"
+    )
+    download = verbs.add_parser(
+        "download",
+        help="fetch a window's traces and print the commands that open them",
+        description=(
+            "Download the traces of one window (default: the latest) of RUN_ID into DEST, with "
+            "names and nesting unchanged, and print the neuron-explorer commands for the system "
+            "profile and the device-only (.neff + .ntff) views. Exit 2 for an unknown run or "
+            "window."
+        ),
+    )
+    download.add_argument("run_id", metavar="RUN_ID")
+    download.add_argument(
+        "--window", metavar="W", help="window folder, e.g. step_000010-000012 or P/step_..."
+    )
+    download.add_argument("--dest", required=True, metavar="DIR", help="local folder")
+    summarize = verbs.add_parser(
+        "summarize",
+        help="print the op summary of a trace file (no MLflow)",
+        description=(
+            "Read a Chrome/Kineto trace (.json or .json.gz, any accelerator) and print its op "
+            "summary in the seed's layout, per profiled step, plus device kernels, device "
+            "busy share and unattributed device events. Exit 2 for a missing or malformed file."
+        ),
+    )
+    summarize.add_argument("path", metavar="PATH")
+    summarize.add_argument("--top", type=int, default=30, metavar="N", help="ops shown (30)")
+    ingest = verbs.add_parser(
+        "ingest",
+        help="log trace files (or folders of them) into MLflow like a live window",
+        description=(
+            "Summarise trace files (a file, or a folder searched for .json/.json.gz traces, one "
+            "per rank; the rank from the file's distributedInfo when present) and log them "
+            "with the same metrics and artifacts as a live window, the files included. "
+            "Exit 2 for bad input, 1 when MLflow cannot be reached (the window stays in the "
+            "spool for `neuron-mlflow sync`)."
+        ),
+    )
+    ingest.add_argument("paths", nargs="+", metavar="PATH")
+    target = ingest.add_mutually_exclusive_group()
+    target.add_argument("--run-id", metavar="R", help="log into this run")
+    target.add_argument("--experiment", metavar="E", help="create the run in this experiment")
+    ingest.add_argument("--prefix", default="profile", metavar="P", help="metric prefix")
+    ingest.add_argument("--local-dir", default=None, help="spool folder")
+    return parser
