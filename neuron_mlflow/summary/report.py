@@ -192,7 +192,16 @@ def _trim(t: Mapping[str, Any], count: int) -> dict[str, Any]:
     events = {key: list(values[:count]) for key, values in t["events"].items()}
     events["parent"] = [p if p < count else -1 for p in events["parent"]]
     dropped = len(t["events"]["dur_us"]) - len(events["dur_us"])
-    return {**t, "events": events, "left_out": t.get("left_out", 0) + dropped}
+    out = {**t, "events": events, "left_out": t.get("left_out", 0) + dropped}
+    for table, columns in (("names", ("name", "launcher")), ("shapes", ("shape",))):
+        used = sorted({i for c in columns for i in events[c] if i >= 0})  # drop unused entries
+        new = {old: at for at, old in enumerate(used)}
+        for c in columns:
+            events[c] = [new[i] if i >= 0 else -1 for i in events[c]]
+        out[table] = [t[table][i] for i in used]
+        if table == "names" and "short" in t:
+            out["short"] = [t["short"][i] for i in used]
+    return out
 
 
 def render_report(
