@@ -38,8 +38,9 @@ def _latest_summary(client: Any, run_id: str, prefix: str) -> dict | None:
         windows = sorted(f for f in folders if f.rsplit("/", 1)[-1].startswith("step_"))
         if not windows:
             return None
-        local = client.download_artifacts(run_id, f"{windows[-1]}/summary.json", tempfile.mkdtemp())
-        return json.loads(Path(local).read_text())
+        with tempfile.TemporaryDirectory(prefix="neuron-mlflow-profile-") as tmp:
+            local = client.download_artifacts(run_id, f"{windows[-1]}/summary.json", tmp)
+            return json.loads(Path(local).read_text())
     except Exception:
         return None
 
