@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pkgutil
 import re
 import subprocess
 import sys
@@ -27,6 +28,45 @@ def test_all_lists_exactly_the_public_names() -> None:
     assert set(dir(neuron_mlflow)) >= public
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         neuron_mlflow.Nope  # noqa: B018
+
+
+# `nm.<name>` / `neuron_mlflow.<Name>` / `neuron_mlflow.<name>(` and `from neuron_mlflow import`
+_REFERENCE = re.compile(r"\b(nm|neuron_mlflow)\.([A-Za-z]\w*)(\s*\()?")
+_FROM_IMPORT = re.compile(r"^\s*from neuron_mlflow import (?:\(([^)]*)\)|([^\n#]+))", flags=re.M)
+
+
+def _names_in(text: str) -> set[str]:
+    """Public names a Markdown text uses; submodules and tag keys (``neuron_mlflow.rank``) aside."""
+    submodules = {m.name for m in pkgutil.iter_modules(neuron_mlflow.__path__)}
+    names = set()
+    for alias, name, call in _REFERENCE.findall(text):
+        if name not in submodules and (alias == "nm" or name[0].isupper() or call):
+            names.add(name)
+    for parenthesized, line in _FROM_IMPORT.findall(text):
+        names.update(n.strip() for n in (parenthesized or line).split(",") if n.strip())
+    return names
+
+
+def _documented_names() -> set[str]:
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return set().union(*(_names_in(path.read_text()) for path in texts))
+
+
+def test_names_in_markdown() -> None:
+    text = "`nm.Foo`, `@nm.bar`, neuron_mlflow.Baz, `neuron_mlflow.rank` tag, neuron_mlflow.trace"
+    text += "\nfrom neuron_mlflow import Qux, quux\nneuron_mlflow.call(1)"
+    assert _names_in(text) == {"Foo", "bar", "Baz", "Qux", "quux", "call"}
+
+
+def test_all_is_what_the_readme_and_docs_use() -> None:
+    documented = _documented_names()
+    exported = set(neuron_mlflow.__all__)
+    assert sorted(documented - exported) == [], "used in README/docs but not exported"
+    assert sorted(exported - documented) == [], "exported but used nowhere in README/docs"
+    # each one imports, from a fresh interpreter (the names load lazily)
+    code = f"from neuron_mlflow import {', '.join(sorted(documented))}"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 def test_import_is_light() -> None:
