@@ -228,6 +228,9 @@ class ProfilerConfig(BaseSettings):
         neuron: Neuron backend options, see :class:`NeuronOptions`.
         strict: re-raise failures of neuron-mlflow's own profiling/logging code instead of
             warning (meant for tests; the user's own exceptions always propagate).
+        upload_timeout_s: how long the end of a session (``close()``, the callback's
+            ``teardown``, process exit) waits for the background uploads; what is left stays
+            in the spool for ``neuron-mlflow sync``.
 
     Raises:
         ConfigError: a value is invalid; the message names field, value and what is allowed.
@@ -271,6 +274,9 @@ class ProfilerConfig(BaseSettings):
     run_name: str | None = Field(None, description="name of runs we create")
     neuron: NeuronOptions = Field(default_factory=NeuronOptions, description="Neuron options")
     strict: bool = Field(False, description="re-raise our own failures instead of warning")
+    upload_timeout_s: float = Field(
+        60.0, ge=0, le=86400, description="wait for background uploads at exit (seconds)"
+    )
 
     def __init__(self, **values: Any) -> None:
         _validate_readably(self, super().__init__, values)
