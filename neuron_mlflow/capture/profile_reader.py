@@ -22,14 +22,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
 from neuron_mlflow.summary.ops import RawOp
 
 if TYPE_CHECKING:
     import torch.profiler
 
-STEP_MARKER_PREFIX = "ProfilerStep"
-CALL_MARKER_PREFIX = "neuron_mlflow: "
-"""Prefix of the ``record_function`` range around each profiled call of a decorated function."""
+__all__ = ["CALL_MARKER_PREFIX", "STEP_MARKER_PREFIX", "CapturedStats", "read_profile"]
 # Device runtime API calls (cudaDeviceSynchronize, hipLaunchKernel, ...) are not operators.
 _RUNTIME_CALL = re.compile(r"^(cuda|cu|hip|nccl)[A-Z]\w*$")
 

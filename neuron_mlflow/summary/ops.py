@@ -35,6 +35,8 @@ class RawOp:
     cpu_total_us: float
     self_device_us: float | None = None
     device_total_us: float | None = None
+    input_shapes: str | None = None
+    flops: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,8 @@ class OpStats:
     self_device_us: float | None = None
     device_total_us: float | None = None
     device_pct: float | None = None
+    input_shapes: str | None = None
+    flops: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,9 @@ class OpSummary:
         ops: operators, sorted by self device time, else self CPU time (descending).
         device_note: why there is no device time, when a device backend measured none.
         partial: the window ended before its last scheduled step.
+        flops_per_step: FLOPs per step (``with_flops``), ``None`` when not estimated.
+        peak_allocated_bytes: peak allocated bytes per device (``cpu``, ``cuda``, ...) in the
+            window (``profile_memory``); empty when not recorded.
 
     Example:
         >>> s = build_summary([RawOp("aten::add", 2, 10.0, 12.0)], top_level_calls=2,
@@ -91,6 +98,8 @@ class OpSummary:
     device_note: str | None = None
     partial: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    flops_per_step: float | None = None
+    peak_allocated_bytes: dict[str, float] = field(default_factory=dict)
 
     @property
     def has_device_time(self) -> bool:
@@ -133,6 +142,7 @@ def build_summary(
     wall_time_us: float,
     device_label: str | None = None,
     device_rows: list[RawOp] | None = None,
+    peak_allocated_bytes: dict[str, float] | None = None,
 ) -> OpSummary:
     """Build the per-step summary of a window from its totals.
 
@@ -144,6 +154,7 @@ def build_summary(
         device_label: the device's column label, or ``None`` for a CPU-only backend.
         device_rows: device-side rows (kernels); their self time is the device total. When
             absent, the device total is the sum of the operators' self device times.
+        peak_allocated_bytes: peak allocated bytes per device in the window, if recorded.
 
     Returns:
         The summary. With ``device_label`` set but no device time above zero, device fields
@@ -181,7 +192,9 @@ def build_summary(
                 cpu_pct=_share(op.self_cpu_us, cpu_total),
                 self_device_us=(op.self_device_us or 0.0) / steps if has_device else None,
                 device_total_us=(op.device_total_us or 0.0) / steps if has_device else None,
-                device_pct=_share(op.self_device_us or 0.0, device_total) if has_device else None,
+                device_pct=_share(op.self_device_us or 0.0, device_total or 0.0) if has_device else None,
+                input_shapes=op.input_shapes,
+                flops=op.flops / steps if op.flops is not None else None,
             )
         )
     if device_total is not None:
@@ -197,4 +210,10 @@ def build_summary(
         device_label=device_label,
         ops=tuple(ops),
         device_note=note,
+        flops_per_step=(
+            sum(op.flops or 0.0 for op in raw_ops) / steps
+            if any(op.flops is not None for op in raw_ops)
+            else None
+        ),
+        peak_allocated_bytes=dict(peak_allocated_bytes or {}),
     )

@@ -4,7 +4,7 @@ Every operator interval, runtime call and device event is kept (operators in typ
 24 bytes each); at the end each thread's operators are sorted into start order (ties: the
 longer one first, so a parent comes before a child that starts with it) and its runtime
 calls into time order, and the streaming pass's own machinery
-(:mod:`neuron_mlflow.trace.streaming`) places them: one definition of the call tree, the
+(:mod:`neuron_mlflow.trace.replay`) places them: one definition of the call tree, the
 launch links and the busy time for both passes.
 :func:`neuron_mlflow.trace.summarize.summarize_trace` uses this pass for files the streaming
 pass cannot place in order.
@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from neuron_mlflow.trace.links import Busy, Links, Spill
 from neuron_mlflow.trace.reader import TraceStream
-from neuron_mlflow.trace.streaming import Busy, Links, Spill, Thread
+from neuron_mlflow.trace.replay import MARKERS, Thread, add_marker, op_id, other_event
 from neuron_mlflow.trace.totals import (
     DEVICE_CATEGORIES,
     OP_CATEGORIES,
@@ -52,12 +53,13 @@ def buffered_pass(stream: TraceStream) -> Totals:
     def thread_of(event: Any) -> Thread:
         key = (event.pid, event.tid)
         if key not in threads:
-            threads[key] = Thread(totals, spill)
+            threads[key] = Thread(totals, spill, event.pid)
         return threads[key]
 
     try:
         for event in stream:
             if event.ph != "X":
+                other_event(totals, event)
                 continue
             cat = event.cat
             if cat in OP_CATEGORIES:
@@ -67,15 +69,18 @@ def buffered_pass(stream: TraceStream) -> Totals:
                 thread = thread_of(event)
                 thread.starts.append(event.ts)
                 thread.durs.append(event.dur)
-                thread.names.append(totals.name_id(event.name))
+                if event.name.startswith(MARKERS):  # nothing is replayed before the end
+                    thread.names.append(add_marker(totals, threads, (event.pid, event.tid), event))
+                else:
+                    thread.names.append(op_id(totals, event))
             elif cat in RUNTIME_CATEGORIES:
                 if event.args is not None and event.args.correlation is not None:
                     thread_of(event).pending.append((event.ts, event.args.correlation))
             elif cat in DEVICE_CATEGORIES:
-                totals.device_event(cat, event.name, event.dur)
+                kernel = totals.device_event(cat, event.name, event.dur)
                 busy.add((event.ts, event.ts + event.dur))
                 if event.args is not None and event.args.correlation is not None:
-                    links.device(event.args.correlation, event.dur)
+                    links.device(event.args.correlation, kernel, event.dur)
         for thread in threads.values():
             starts, durs = np.array(thread.starts), np.array(thread.durs)
             names = np.array(thread.names)

@@ -41,10 +41,20 @@ _NEXT_EVENT = re.compile(r"\s*,\s*\{")
 _DECODER = json.JSONDecoder()
 
 
+NO_RAW = msgspec.Raw(b"")
+"""An absent raw field (falsy)."""
+
+
 class EventArgs(msgspec.Struct):
-    """The one ``args`` field the trace engine reads: the runtime/device link."""
+    """The ``args`` fields the trace engine reads: the runtime/device link, an operator's
+    inputs (kept as raw JSON text: decoded only for the few distinct shapes) and a memory
+    event's allocator state."""
 
     correlation: int | None = None
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=NO_RAW)
+    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=NO_RAW)
+    total_allocated: float | None = msgspec.field(name="Total Allocated", default=None)
+    device_type: int | None = msgspec.field(name="Device Type", default=None)
 
 
 class TraceEvent(msgspec.Struct):
@@ -86,7 +96,13 @@ def _to_event(value: Any) -> TraceEvent | None:
     if not isinstance(value, dict):
         return None
     args = value.get("args")
-    correlation = args.get("correlation") if isinstance(args, dict) else None
+    args = args if isinstance(args, dict) else {}
+    correlation = args.get("correlation")
+    raw = {
+        key: msgspec.Raw(msgspec.json.encode(args[key])) if key in args else NO_RAW
+        for key in ("Input Dims", "Concrete Inputs")
+    }
+    allocated, device = args.get("Total Allocated"), args.get("Device Type")
     try:
         return TraceEvent(
             ph=str(value.get("ph", "")),
@@ -96,7 +112,13 @@ def _to_event(value: Any) -> TraceEvent | None:
             tid=value.get("tid"),
             ts=float(value.get("ts", 0.0)),
             dur=float(value.get("dur", 0.0)),
-            args=EventArgs(correlation if isinstance(correlation, int) else None),
+            args=EventArgs(
+                correlation if isinstance(correlation, int) else None,
+                raw["Input Dims"],
+                raw["Concrete Inputs"],
+                float(allocated) if isinstance(allocated, int | float) else None,
+                device if isinstance(device, int) else None,
+            ),
         )
     except (TypeError, ValueError):  # a time that is not a number: not an event we can use
         return None

@@ -1,12 +1,14 @@
 """Per-op summaries from trace files of any accelerator, the same as a live window's.
 
-What is summarised:
+What is summarised (what counts: the table in :mod:`neuron_mlflow.trace.rules`):
 
 - self CPU time per operator from the ``cpu_op`` (and ``user_annotation``) call tree of each
-  thread; ``ProfilerStep#N`` markers are transparent and excluded;
-- top-level operator calls: operators with no parent but a step marker;
+  thread; ``ProfilerStep#N`` and ``neuron_mlflow: ...`` markers are transparent and excluded,
+  and where the latter are present only what runs inside them counts;
+- top-level operator calls: operators with no parent but markers;
 - device time per operator: each device event is linked by ``args.correlation`` to the
   runtime call that launched it, and that call to the innermost operator around it;
+- input shapes, FLOPs (estimated from them) and peak allocated memory, when recorded;
 - per-kernel totals, device events left unattributed, and device busy time vs idle gaps
   (``P/device_busy_pct``: the union of device intervals over their span).
 
@@ -46,9 +48,10 @@ from neuron_mlflow.errors import OutOfOrder
 from neuron_mlflow.summary.ops import OpSummary, RawOp, build_summary
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.streaming import streaming_pass
-from neuron_mlflow.trace.totals import Totals
+from neuron_mlflow.trace.totals import Totals, View
 
 logger = logging.getLogger("neuron_mlflow")
+MAX_SHAPES = 4  # input signatures listed per operator row
 
 
 @dataclass
@@ -63,6 +66,8 @@ class TraceResult:
         device_busy_pct: busy share of the device span (union of device events), or ``None``.
         rank: from ``distributedInfo`` when present.
         metadata: the file's other top-level keys.
+        marked: the trace holds marked ranges, so only what runs inside them counted
+            (:mod:`neuron_mlflow.trace.rules`).
     """
 
     summary: OpSummary
@@ -72,6 +77,7 @@ class TraceResult:
     device_busy_pct: float | None = None
     rank: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    marked: bool = False
 
 
 def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceResult:
@@ -102,36 +108,71 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
     return _result(totals, stream.metadata, device_label)
 
 
-def _result(totals: Totals, metadata: dict[str, Any], device_label: str | None) -> TraceResult:
-    """The summary and trace facts from a pass's totals."""
-    names = totals.names
-    kernels = {names[i]: us for i, us in totals.kernel_us.items()}
-    label = device_label or (sorted(totals.labels)[0] if totals.labels else None)
-    wall = totals.step_us if totals.steps else max(totals.span_end - totals.span_start, 0.0)
-    raw = [
+def _merged_ops(totals: Totals, view: View) -> list[RawOp]:
+    """Operator rows by name: input signatures merged, their shapes listed (most calls first)."""
+    rows: dict[str, list[float]] = {}
+    shapes: dict[str, list[tuple[float, str]]] = {}
+    flopped: set[str] = set()
+    for i, name in enumerate(totals.names):
+        calls = view.count[i]
+        if not calls:
+            continue
+        row = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0])
+        row[0] += calls
+        row[1] += view.self_cpu[i]
+        row[2] += view.total_cpu[i]
+        row[3] += view.self_device[i]
+        if i in totals.flops:
+            row[4] += calls * totals.flops[i]
+            flopped.add(name)
+        if i in totals.shapes:
+            shapes.setdefault(name, []).append((-calls, totals.shapes[i]))
+    return [
         RawOp(
-            names[i],
-            int(totals.count[i]),
-            float(totals.self_cpu[i]),
-            float(totals.total_cpu[i]),
-            float(totals.self_device[i]),
-            float(totals.self_device[i]),
+            name,
+            int(r[0]),
+            float(r[1]),
+            float(r[2]),
+            float(r[3]),
+            float(r[3]),
+            input_shapes=_shapes_cell(shapes[name]) if name in shapes else None,
+            flops=r[4] if name in flopped else None,
         )
-        for i in range(len(names))
-        if totals.count[i]
+        for name, r in rows.items()
     ]
+
+
+def _shapes_cell(signatures: list[tuple[float, str]]) -> str:
+    ordered = [text for _, text in sorted(signatures)]
+    more = len(ordered) - MAX_SHAPES
+    return "; ".join(ordered[:MAX_SHAPES]) + (f"; ... (+{more})" if more > 0 else "")
+
+
+def _result(totals: Totals, metadata: dict[str, Any], device_label: str | None) -> TraceResult:
+    """The summary and trace facts from a pass's totals (the view the rules say applies)."""
+    view = totals.counted()
+    names = totals.names
+    kernels = {names[i]: us for i, us in view.kernel_us.items()}
+    label = device_label or (sorted(totals.labels)[0] if totals.labels else None)
     device_rows = [RawOp(name, 1, 0.0, 0.0, us, us) for name, us in kernels.items()]
     summary = build_summary(
-        raw, totals.top_level, max(totals.steps, 1), wall, label, device_rows or None
+        _merged_ops(totals, view),
+        view.top_level,
+        view.steps,
+        view.wall_us,
+        label,
+        device_rows or None,
+        peak_allocated_bytes=view.peaks,
     )
     info = metadata.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
     return TraceResult(
         summary=summary,
         kernels=kernels,
-        unattributed_device_events=totals.device_events - totals.attributed,
-        device_events=totals.device_events,
+        unattributed_device_events=view.device_events - view.attributed,
+        device_events=view.device_events,
         device_busy_pct=totals.busy_pct,
         rank=int(rank) if isinstance(rank, int) else None,
         metadata=metadata,
+        marked=bool(totals.marks),
     )

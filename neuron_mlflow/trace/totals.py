@@ -1,6 +1,9 @@
 """What both trace passes produce: per-operator window totals and trace-wide facts.
 
-Also the event categories each backend writes, shared by the passes.
+Two views are kept side by side in one pass: *all* (every operator; used when the trace holds
+no marked ranges) and *marked* (only what the rules of :mod:`neuron_mlflow.trace.rules` count
+inside marked ranges); :meth:`Totals.counted` picks the one that applies. Also the event
+categories each backend writes, shared by the passes.
 
 Example:
     >>> totals = Totals()
@@ -11,7 +14,13 @@ Example:
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
+from typing import Any
+
+from neuron_mlflow.naming import STEP_MARKER_PREFIX
+from neuron_mlflow.trace.rules import Marks
+from neuron_mlflow.trace.shapes import flops, shapes_text
 
 DEVICE_CATEGORIES = {
     "kernel": "CUDA",
@@ -23,18 +32,41 @@ DEVICE_CATEGORIES = {
 }
 RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "mtia_runtime", "privateuse1_runtime"}
 OP_CATEGORIES = {"cpu_op", "user_annotation"}
-STEP_MARKER = "ProfilerStep"
+STEP_MARKER = STEP_MARKER_PREFIX
+MEMORY_DEVICES = {0: "cpu", 1: "cuda", 19: "mtia", 20: "neuron"}
+"""c10 ``DeviceType`` numbers of ``[memory]`` events, as metric names (ROCm reports cuda)."""
+
+
+@dataclass
+class View:
+    """One view's window totals per name id (microseconds), as :func:`_result` reads them."""
+
+    count: list[float]
+    self_cpu: list[float]
+    total_cpu: list[float]
+    self_device: list[float]
+    kernel_us: dict[int, float]
+    top_level: int
+    device_events: int
+    attributed: int
+    steps: int
+    wall_us: float
+    peaks: dict[str, float]
 
 
 @dataclass
 class Totals:
     """Window totals per operator/kernel name id (in microseconds), and trace-wide facts.
 
+    Fields without a prefix are the *all* view; ``m_`` fields the *marked* view. Marker ids
+    are negative (``-2 - i`` for ``marker_names[i]``), so the passes tell them apart cheaply.
+
     Example:
         >>> totals = Totals()
         >>> totals.name_id("aten::mul"), totals.name_id("aten::add"), totals.name_id("aten::mul")
         (0, 1, 0)
         >>> totals.device_event("kernel", "mul_kernel", 4.0)
+        2
         >>> totals.kernel_us, totals.labels, totals.device_events
         ({2: 4.0}, {'CUDA'}, 1)
     """
@@ -55,12 +87,35 @@ class Totals:
     attributed: int = 0
     busy_pct: float | None = None
     labels: set[str] = field(default_factory=set)
+    marks: Marks = field(default_factory=Marks)
+    marker_names: list[str] = field(default_factory=list)
+    marker_ids: dict[str, int] = field(default_factory=dict)
+    m_count: list[float] = field(default_factory=list)
+    m_self_cpu: list[float] = field(default_factory=list)
+    m_total_cpu: list[float] = field(default_factory=list)
+    m_self_device: list[float] = field(default_factory=list)
+    m_kernel_us: dict[int, float] = field(default_factory=dict)
+    m_top_level: int = 0
+    m_device_events: int = 0
+    m_attributed: int = 0
+    m_wall_us: float = 0.0
+    m_calls: int = 0
+    variant_ids: dict[tuple[str, bytes, bytes], int] = field(default_factory=dict)
+    shapes: dict[int, str] = field(default_factory=dict)
+    flops: dict[int, int] = field(default_factory=dict)
+    memory: dict[Any, tuple[array, array, array]] = field(default_factory=dict)
 
     def add_name(self, name: str) -> int:
         """Give ``name`` the next id, with zeroed totals (the caller checked ``ids``)."""
-        index = self.ids[name] = len(self.names)
+        index = self.ids[name] = self._new_id(name)
+        return index
+
+    def _new_id(self, name: str) -> int:
+        index = len(self.names)
         self.names.append(name)
         for column in (self.count, self.self_cpu, self.total_cpu, self.self_device):
+            column.append(0.0)
+        for column in (self.m_count, self.m_self_cpu, self.m_total_cpu, self.m_self_device):
             column.append(0.0)
         return index
 
@@ -69,15 +124,90 @@ class Totals:
         index = self.ids.get(name)
         return self.add_name(name) if index is None else index
 
+    def variant_id(self, name: str, dims: bytes, concrete: bytes) -> int:
+        """The id of operator ``name`` called with these inputs (``record_shapes`` traces).
+
+        Each distinct input signature has its own id (merged back by name in the summary),
+        with its shapes and FLOPs per call worked out once.
+        """
+        key = (name, dims, concrete if name == "aten::conv2d" else b"")
+        index = self.variant_ids.get(key)
+        if index is None:
+            index = self.variant_ids[key] = self._new_id(name)
+            text = dims.decode("utf-8", "replace")
+            self.shapes[index] = shapes_text(text)
+            estimate = flops(name, text, concrete.decode("utf-8", "replace") or None)
+            if estimate is not None:
+                self.flops[index] = estimate
+        return index
+
+    def marker_id(self, name: str) -> int:
+        """The (negative) id of marker ``name``."""
+        index = self.marker_ids.get(name)
+        if index is None:
+            index = self.marker_ids[name] = -2 - len(self.marker_names)
+            self.marker_names.append(name)
+        return index
+
     def step_marker(self, cat: str, dur: float) -> None:
         """A ``ProfilerStep#N`` event: a profiled step when the profiler annotated it."""
         if cat == "user_annotation":
             self.steps += 1
             self.step_us += dur
 
-    def device_event(self, cat: str, name: str, dur: float) -> None:
-        """Count one device event of category ``cat`` towards its kernel's total."""
+    def device_event(self, cat: str, name: str, dur: float) -> int:
+        """Count one device event of category ``cat`` towards its kernel's total; its id."""
         self.labels.add(DEVICE_CATEGORIES[cat])
         self.device_events += 1
         index = self.name_id(name)
         self.kernel_us[index] = self.kernel_us.get(index, 0.0) + dur
+        return index
+
+    def memory_event(self, pid: Any, ts: float, device_type: int, allocated: float) -> None:
+        """A ``[memory]`` event: the allocator's total on ``device_type`` at ``ts``."""
+        columns = self.memory.get(pid)
+        if columns is None:
+            columns = self.memory[pid] = (array("d"), array("q"), array("d"))
+        columns[0].append(ts)
+        columns[1].append(device_type)
+        columns[2].append(allocated)
+
+    def _peaks(self, marked: bool) -> dict[str, float]:
+        peaks: dict[int, float] = {}
+        for pid, (times, devices, allocated) in self.memory.items():
+            for ts, device, total in zip(times, devices, allocated, strict=True):
+                if total > peaks.get(device, -1.0) and (not marked or self.marks.covers(pid, ts)):
+                    peaks[device] = total
+        return {MEMORY_DEVICES.get(d, f"device{d}"): peak for d, peak in sorted(peaks.items())}
+
+    def counted(self) -> View:
+        """The view that applies: *marked* when the trace holds marked ranges, else *all*."""
+        steps = self.steps
+        if self.marks:
+            return View(
+                self.m_count,
+                self.m_self_cpu,
+                self.m_total_cpu,
+                self.m_self_device,
+                self.m_kernel_us,
+                self.m_top_level,
+                self.m_device_events,
+                self.m_attributed,
+                steps or self.m_calls or 1,
+                self.m_wall_us,
+                self._peaks(marked=True),
+            )
+        wall = self.step_us if steps else max(self.span_end - self.span_start, 0.0)
+        return View(
+            self.count,
+            self.self_cpu,
+            self.total_cpu,
+            self.self_device,
+            self.kernel_us,
+            self.top_level,
+            self.device_events,
+            self.attributed,
+            steps or 1,
+            wall,
+            self._peaks(marked=False),
+        )

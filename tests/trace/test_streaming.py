@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from neuron_mlflow.trace import links as trace_links
 from neuron_mlflow.trace import reader as trace_reader
-from neuron_mlflow.trace import streaming as trace_streaming
+from neuron_mlflow.trace import replay as trace_replay
 from neuron_mlflow.trace.buffered import buffered_pass
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.summarize import TraceResult, _result, summarize_trace
@@ -120,10 +121,10 @@ def test_a_shuffled_file_falls_back_to_the_exact_pass(path, tmp_path, caplog) ->
 @pytest.fixture
 def tiny_windows(monkeypatch):
     """Windows and blocks small enough that the real traces spill and reorder."""
-    monkeypatch.setattr(trace_streaming, "BLOCK_OPS", 16)
-    monkeypatch.setattr(trace_streaming, "LAUNCH_WINDOW", 8)
-    monkeypatch.setattr(trace_streaming, "REORDER_EVENTS", 16)
-    monkeypatch.setattr(trace_streaming, "LAUNCHES_IN_MEMORY", 8)
+    monkeypatch.setattr(trace_replay, "BLOCK_OPS", 16)
+    monkeypatch.setattr(trace_replay, "LAUNCH_WINDOW", 8)
+    monkeypatch.setattr(trace_links, "REORDER_EVENTS", 16)
+    monkeypatch.setattr(trace_links, "LAUNCHES_IN_MEMORY", 8)
     monkeypatch.setattr(trace_reader, "CHUNK_CHARS", 512)
 
 
@@ -163,10 +164,10 @@ def synthetic_trace(path: Path, steps: int) -> Path:
 
 
 def test_memory_does_not_grow_with_the_file(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(trace_streaming, "BLOCK_OPS", 256)
-    monkeypatch.setattr(trace_streaming, "LAUNCH_WINDOW", 64)
-    monkeypatch.setattr(trace_streaming, "REORDER_EVENTS", 64)
-    monkeypatch.setattr(trace_streaming, "LAUNCHES_IN_MEMORY", 256)
+    monkeypatch.setattr(trace_replay, "BLOCK_OPS", 256)
+    monkeypatch.setattr(trace_replay, "LAUNCH_WINDOW", 64)
+    monkeypatch.setattr(trace_links, "REORDER_EVENTS", 64)
+    monkeypatch.setattr(trace_links, "LAUNCHES_IN_MEMORY", 256)
     monkeypatch.setattr(trace_reader, "CHUNK_CHARS", 1 << 14)
     peaks = {}
     for steps in (50, 500):
