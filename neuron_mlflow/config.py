@@ -159,9 +159,12 @@ _CORE_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 class NeuronOptions(_StrictModel):
     """Options of the Neuron backend (``ProfilerConfig.neuron``), passed to ``NeuronConfig``.
 
-    Only options the user set are passed on (besides ``modes`` and the output folder), so an
-    SDK that lacks one fails only when it is used. The Neuron backend itself is not in this
-    release: these options are validated and recorded, not yet used.
+    ``NeuronConfig`` receives ``modes``, the output folder, ``correlate_device_time`` and
+    ``precache_node_info`` (both documented, both default ``True``), plus only the other
+    options the user set, so an SDK that lacks one fails only when it is used. The other
+    fields say what runs around the capture: the Neuron Explorer summary after each window
+    (``explorer_summary``) and the ``neuron-monitor`` sampler during the whole job
+    (``system_metrics``, every ``monitor_period_s``).
 
     Example:
         >>> NeuronOptions(capture_enabled_for_nc="0,1,2-5").capture_enabled_for_nc
@@ -182,12 +185,28 @@ class NeuronOptions(_StrictModel):
         None, description="NeuronCores to capture: indices and ranges, e.g. '0,1,2-5' (all)"
     )
     correlate_device_time: bool = Field(
-        True, description="propagate device time into key_averages()"
+        True, description="propagate device time into key_averages() (the seed's setting)"
+    )
+    precache_node_info: bool = Field(
+        True, description="let the SDK cache node information at profiler start (documented)"
     )
     max_events_per_nc: int | None = Field(
         None, ge=1, description="ring buffer per NeuronCore (events)"
     )
     neff_cache_dir: Path | None = Field(None, description="NEFF cache copied into the profile")
+    explorer_summary: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="run `neuron-explorer view --output-format summary-json` after each window:"
+        " auto (when neuron-explorer is on PATH), always (warn when it is missing), never",
+    )
+    system_metrics: bool | None = Field(
+        None,
+        description="sample neuron-monitor during the whole job and log system/neuron/..."
+        " metrics; None: when the backend is Neuron and neuron-monitor is on PATH",
+    )
+    monitor_period_s: float = Field(
+        5.0, gt=0, le=3600, description="neuron-monitor report period (seconds)"
+    )
 
     @field_validator("modes")
     @classmethod

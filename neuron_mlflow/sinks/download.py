@@ -1,8 +1,22 @@
 """Fetch a window's traces from MLflow and say how to open them.
 
-For a Neuron window: ``neuron-explorer view -d DIR`` for each system profile folder (one
-holding ``trace_info.pb``), and ``neuron-explorer view -n NEFF -s NTFF`` for each device-only
-pair (a ``.ntff`` with the ``.neff`` of its folder). For torch traces: open them in Perfetto.
+For a Neuron window (each rank's profile tree under ``traces/rank_<r>/``), the commands are,
+in this order:
+
+1. one ``neuron-explorer view -d <dir> --ingest-only --display-name <run>/<window>/rank_<r>``
+   per rank's profile directory (the ``<instance>_pid_<pid>/<timestamp>/`` folder that holds
+   ``trace_info.pb``: a system or combined profile);
+2. one command for all ranks together when they form one profile tree: a folder that holds
+   several ranks' ``<instance>_pid_<pid>/`` folders (ranks that shared one output folder), or,
+   when each rank has its own system profile, a folder ``all_ranks/`` made next to them of
+   links to every rank's ``<instance>_pid_<pid>/`` folder (Explorer merges system profiles;
+   it does not merge device-only ones);
+3. ``neuron-explorer view -n <neff> -s <ntff> ...`` only for pairs that belong together: in
+   model mode ``neff_<hash>.neff`` with ``<hash>_instid_<i>_vnc_<n>.ntff``; otherwise an
+   ``.ntff`` with the only ``.neff`` of its folder. Empty ``.ntff`` files (cores that a
+   process opened but did not use) are skipped.
+
+For torch traces: open them in Perfetto.
 
 Example:
     >>> viewer_commands(Path("/nowhere"))
@@ -11,13 +25,22 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from neuron_mlflow.errors import DownloadError
 
 _WINDOW = re.compile(r"^step_\d{6}-(\d{6})$")
+_RANK = re.compile(r"^rank_(\d+)$")
+_PROCESS = re.compile(r"_pid_\d+$")
+_MODEL_NTFF = re.compile(r"^(?P<hash>\d+)_instid_\d+_vnc_\d+\.ntff$")
+EXPLORER = "neuron-explorer"
+ALL_RANKS = "all_ranks"
 
 
 def list_windows(client: Any, run_id: str, path: str | None = None) -> list[str]:
@@ -33,6 +56,11 @@ def list_windows(client: Any, run_id: str, path: str | None = None) -> list[str]
     return found
 
 
+def _last_step(window: str) -> int:
+    match = _WINDOW.match(window.rsplit("/", 1)[-1])
+    return int(match[1]) if match else -1
+
+
 def pick_window(windows: list[str], wanted: str | None) -> str:
     """``wanted`` (a full path, or a folder name ``step_...`` if unique), else the latest.
 
@@ -43,7 +71,7 @@ def pick_window(windows: list[str], wanted: str | None) -> str:
     if not windows:
         raise DownloadError("the run has no profiling windows (no 'P/step_*' artifact folders)")
     if wanted is None:
-        return max(windows, key=lambda w: (int(_WINDOW.match(w.rsplit("/", 1)[-1])[1]), w))
+        return max(windows, key=lambda w: (_last_step(w), w))
     matches = [w for w in windows if w == wanted.strip("/") or w.endswith("/" + wanted)]
     if len(matches) != 1:
         raise DownloadError(
@@ -53,14 +81,98 @@ def pick_window(windows: list[str], wanted: str | None) -> str:
     return matches[0]
 
 
-def viewer_commands(root: Path) -> list[str]:
-    """Commands that open the traces under ``root``, system profiles first."""
+def _rank_of(path: Path, root: Path) -> str | None:
+    for part in path.relative_to(root).parts:
+        match = _RANK.match(part)
+        if match:
+            return match[1]
+    return None
+
+
+def _name(label: str, rank: str | None, *more: str) -> str:
+    return "/".join([label, *([f"rank_{rank}"] if rank is not None else []), *more])
+
+
+def _explorer(*args: str | Path) -> str:
+    return shlex.join([EXPLORER, "view", *(str(a) for a in args)])
+
+
+def _system_commands(root: Path, label: str) -> tuple[list[str], list[str]]:
+    """Per-rank ``-d`` commands, and the all-ranks command(s)."""
+    profiles = sorted(info.parent for info in root.rglob("trace_info.pb"))
+    per_rank: dict[str | None, list[Path]] = {}
+    for folder in profiles:
+        per_rank.setdefault(_rank_of(folder, root), []).append(folder)
     commands: list[str] = []
-    for info in sorted(root.rglob("trace_info.pb")):
-        commands.append(f"neuron-explorer view -d {info.parent}")
+    for rank, folders in sorted(per_rank.items(), key=lambda kv: int(kv[0] or -1)):
+        for folder in folders:
+            extra = [folder.name] if len(folders) > 1 else []
+            display = _name(label, rank, *extra)
+            commands.append(_explorer("-d", folder, "--ingest-only", "--display-name", display))
+    together: list[str] = []
+    processes = {folder.parent for folder in profiles if _PROCESS.search(folder.parent.name)}
+    parents = {p.parent for p in processes}
+    shared = [p for p in sorted(parents) if sum(q.parent == p for q in processes) > 1]
+    for parent in shared:  # ranks that wrote into one output folder
+        together.append(
+            _explorer("-d", parent, "--ingest-only", "--display-name", f"{label}/{ALL_RANKS}")
+        )
+    ranks = [rank for rank in per_rank if rank is not None]
+    if not shared and len(ranks) > 1:
+        combined = root / ALL_RANKS
+        for process in sorted(processes):
+            link = combined / process.name
+            if not link.exists():
+                combined.mkdir(exist_ok=True)
+                os.symlink(process.resolve(), link, target_is_directory=True)
+        together.append(
+            _explorer("-d", combined, "--ingest-only", "--display-name", f"{label}/{ALL_RANKS}")
+        )
+    return commands, together
+
+
+def _device_pairs(root: Path, label: str) -> list[str]:
+    commands: list[str] = []
     for ntff in sorted(root.rglob("*.ntff")):
-        for neff in sorted(ntff.parent.glob("*.neff")):
-            commands.append(f"neuron-explorer view -n {neff} -s {ntff}")
+        if ALL_RANKS in ntff.relative_to(root).parts or ntff.stat().st_size == 0:
+            continue
+        neffs = sorted(ntff.parent.glob("*.neff"))
+        model = _MODEL_NTFF.match(ntff.name)
+        if model:
+            neffs = [n for n in neffs if n.name == f"neff_{model['hash']}.neff"]
+        if len(neffs) != 1:
+            continue
+        display = _name(label, _rank_of(ntff, root), ntff.stem)
+        commands.append(
+            _explorer("-n", neffs[0], "-s", ntff, "--ingest-only", "--display-name", display)
+        )
+    return commands
+
+
+def viewer_commands(root: Path, label: str = "profile") -> list[str]:
+    """Commands that open the traces under ``root``: per rank, all ranks, device-only pairs.
+
+    Args:
+        root: the downloaded ``traces`` folder.
+        label: ``<run>/<window>``, the start of every ``--display-name``.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> folder = root / "rank_0" / "i-1_pid_7" / "20260421_153012_123"
+        >>> folder.mkdir(parents=True)
+        >>> for name in ("trace_info.pb", "neff_5_vnc_0.neff", "profile_nc_0_session_0.ntff"):
+        ...     _ = (folder / name).write_bytes(b"x")
+        >>> [c.split(" --ingest-only")[0].replace(str(root), "R") for c in viewer_commands(root)]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['neuron-explorer view -d R/rank_0/i-1_pid_7/20260421_153012_123',
+         'neuron-explorer view -n R/rank_0/i-1_pid_7/20260421_153012_123/neff_5_vnc_0.neff
+          -s R/rank_0/i-1_pid_7/20260421_153012_123/profile_nc_0_session_0.ntff']
+    """
+    if not root.is_dir():
+        return []
+    per_rank, together = _system_commands(root, label)
+    commands = [*per_rank, *together, *_device_pairs(root, label)]
     if not commands:
         for trace in sorted(root.rglob("*.pt.trace.json*")):
             commands.append(f"# open {trace} at https://ui.perfetto.dev")
@@ -88,3 +200,40 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
     dest.mkdir(parents=True, exist_ok=True)
     local = client.download_artifacts(run_id, f"{chosen}/traces", str(dest))
     return chosen, Path(local)
+
+
+def print_download(
+    client: Any,
+    run_id: str,
+    window: str | None,
+    dest: Path,
+    out: TextIO,
+    open_first: bool = False,
+) -> int:
+    """The ``download`` verb: fetch, print the commands; with ``open_first``, run the first
+    command when ``neuron-explorer`` is on ``PATH``.
+
+    Returns:
+        The exit code of the command that ran (0 when none ran).
+
+    Raises:
+        DownloadError: the run or window does not exist, or the window has no traces.
+    """
+    chosen, local = download_window(client, run_id, window, dest)
+    window_name = chosen.rsplit("/", 1)[-1]
+    commands = viewer_commands(local, label=f"{run_id}/{window_name}")
+    print(f"# window {chosen} of run {run_id}: traces in {local}", file=out)
+    for command in commands:
+        print(command, file=out)
+    if not open_first:
+        return 0
+    runnable = [c for c in commands if not c.startswith("#")]
+    if not runnable:
+        print("# --open: nothing to open with neuron-explorer in this window", file=out)
+        return 0
+    if shutil.which(EXPLORER) is None:
+        print(f"# --open: {EXPLORER} is not on PATH (install aws-neuronx-tools)", file=out)
+        return 0
+    print(f"# running: {runnable[0]}", file=out)
+    out.flush()
+    return subprocess.run(shlex.split(runnable[0]), check=False).returncode

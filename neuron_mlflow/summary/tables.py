@@ -14,6 +14,7 @@ import io
 
 from neuron_mlflow.summary.names import display_names
 from neuron_mlflow.summary.ops import OpSummary
+from neuron_mlflow.summary.verdict import verdict_lines
 
 
 def format_us(us: float) -> str:
@@ -79,6 +80,7 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     lines.append(f"- Op calls (top-level dispatches): {_calls(summary.op_calls)}")
     if summary.partial:
         lines.append("- Partial window: it ended before its last scheduled step")
+    lines.extend(verdict_lines(summary.extra))  # Neuron: the verdict, or why it is absent
     return "\n".join(lines) + "\n"
 
 

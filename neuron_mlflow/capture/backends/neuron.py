@@ -8,10 +8,17 @@ and only the options the user set) and ``on_trace_ready=NeuronProfiler(cfg).expo
 (``<instance-id>_pid_<pid>/<timestamp>/`` with ``trace.json``, ``*.pb``, ``*.neff``,
 ``*.ntff``) is uploaded unchanged under ``traces/rank_<r>/``.
 
-Device time comes from ``key_averages()``; when every device time there is zero, from the
-``privateuse1_driver`` events of the window's ``trace.json`` linked to operators through
-their ``privateuse1_runtime`` calls (``args.correlation``), read by the trace engine
-(:func:`neuron_mlflow.trace.summarize.summarize_trace`).
+``NeuronConfig`` gets ``modes``, ``profile_output_dir``, ``correlate_device_time`` and
+``precache_node_info`` (documented, default ``True``), and only the other options the user
+set. An SDK that rejects ``correlate_device_time`` (or ``precache_node_info``) while the user
+left it at its default is told once, the run is tagged, and the capture goes on without it.
+
+The framework trace is read under either documented name, ``trace.json`` or
+``neuron_framework_trace_rank_<N>.json``. Device time comes from that trace when it holds
+device events (``privateuse1_driver`` linked to runtime calls, read by the trace engine), else
+from the profiler's own events (``correlate_device_time=True`` puts it into
+``key_averages()``), read with the same rules by
+:mod:`neuron_mlflow.capture.backends.neuron_device_time`; never by name over a whole file.
 
 Example:
     >>> NeuronBackend.name, NeuronBackend.device_label
@@ -23,14 +30,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections import defaultdict
-from dataclasses import replace
+import re
+import warnings
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.capture.backends.base import Backend
-from neuron_mlflow.summary.ops import RawOp
+from neuron_mlflow.capture.backends.neuron_device_time import read_device_times, with_device_times
+from neuron_mlflow.summary.ops import OpSummary, RawOp
 
 if TYPE_CHECKING:
     import torch.profiler
@@ -53,6 +62,62 @@ PROFILE_ENVIRONMENT = (
     "NEURON_RT_VISIBLE_CORES",
     "NEURON_RT_VIRTUAL_CORE_SIZE",
 )
+FRAMEWORK_TRACE_NAMES = ("trace.json", "neuron_framework_trace_rank_*.json")
+"""The framework trace's documented names (``export_trace``; the troubleshooting guide)."""
+_RANK_TRACE = re.compile(r"^neuron_framework_trace_rank_(\d+)\.json$")
+DEFAULTED_OPTIONS = ("correlate_device_time", "precache_node_info")
+"""Documented options passed even when the user did not set them (their defaults)."""
+_told_unsupported: set[str] = set()
+KEPT_PROFILES = 4
+"""Finished windows' profilers kept for :meth:`NeuronBackend.read_window` (oldest dropped)."""
+
+
+def _trace_key(trace: Path, root: Path) -> str:
+    return trace.relative_to(root).as_posix()
+
+
+def framework_traces(root: Path) -> list[Path]:
+    """The framework traces under ``root``: in each folder ``trace.json``, else the
+    ``neuron_framework_trace_rank_<N>.json`` files (both names are documented).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> _ = (root / "neuron_framework_trace_rank_1.json").write_text("{}")
+        >>> [p.name for p in framework_traces(root)]
+        ['neuron_framework_trace_rank_1.json']
+    """
+    by_folder: dict[Path, list[Path]] = {}
+    for pattern in FRAMEWORK_TRACE_NAMES:
+        for path in sorted(root.rglob(pattern)):
+            if path.is_file():
+                by_folder.setdefault(path.parent, []).append(path)
+    found: list[Path] = []
+    for folder in sorted(by_folder):
+        files = by_folder[folder]
+        plain = [p for p in files if p.name == "trace.json"]
+        found.extend(plain or [p for p in files if _RANK_TRACE.match(p.name)])
+    return found
+
+
+@dataclass
+class NeuronWindow:
+    """One window's summary as the Neuron backend reads it.
+
+    Attributes:
+        summary: the trace engine's summary of the framework trace, with device time from
+            the trace or from the profiler's events; ``None`` without a framework trace.
+        source: where device time came from: ``trace``, ``key_averages`` or ``none``.
+        device_busy_pct: the device's busy share of its span, when known.
+        kernels: device time per device event name (window total, us).
+        notes: why numbers are absent, for the summary.
+    """
+
+    summary: OpSummary | None
+    source: str = "none"
+    device_busy_pct: float | None = None
+    kernels: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 class NeuronBackend(Backend):
@@ -70,6 +135,9 @@ class NeuronBackend(Backend):
     def __init__(self, config: ProfilerConfig | None = None) -> None:
         super().__init__(config)
         self._exporter: Any = None
+        self.unsupported_options: set[str] = set()
+        self._profiles: dict[str, Any] = {}
+        self.last_window: NeuronWindow | None = None
         if os.environ.get("NEURON_RT_INSPECT_ENABLE") == "1":
             import warnings
 
@@ -118,21 +186,56 @@ class NeuronBackend(Backend):
 
     def neuron_config(self, config: ProfilerConfig, output_dir: Path) -> Any:
         """Build ``NeuronConfig``: modes by ``ProfileMode`` member name, the output folder,
-        and only the options the user set."""
+        ``correlate_device_time`` and ``precache_node_info``, and the other options the user
+        set. An SDK that rejects one of those two while it is at its default is told once
+        (the run is tagged ``neuron.<option>=unsupported``) and the config is built without it.
+        """
         from torch_neuronx.profiling import NeuronConfig, ProfileMode
 
         options = config.neuron
         kwargs: dict[str, Any] = {
             "modes": [getattr(ProfileMode, mode.upper()) for mode in options.modes],
             "profile_output_dir": str(output_dir),
+            "correlate_device_time": options.correlate_device_time,
+            "precache_node_info": options.precache_node_info,
         }
-        for field in ("capture_enabled_for_nc", "max_events_per_nc", "neff_cache_dir"):
-            value = getattr(options, field)
+        for name in ("capture_enabled_for_nc", "max_events_per_nc", "neff_cache_dir"):
+            value = getattr(options, name)
             if value is not None:
-                kwargs[field] = str(value) if field == "neff_cache_dir" else value
-        if "correlate_device_time" in options.model_fields_set:
-            kwargs["correlate_device_time"] = options.correlate_device_time
-        return NeuronConfig(**kwargs)
+                kwargs[name] = str(value) if name == "neff_cache_dir" else value
+        kwargs = {k: v for k, v in kwargs.items() if k not in self.unsupported_options}
+        while True:
+            try:
+                return NeuronConfig(**kwargs)
+            except TypeError as exc:
+                dropped = [
+                    name
+                    for name in DEFAULTED_OPTIONS
+                    if name in kwargs and name in str(exc) and name not in options.model_fields_set
+                ]
+                if not dropped:
+                    raise
+                for name in dropped:
+                    kwargs.pop(name)
+                    self._tell_unsupported(name, exc)
+
+    def _tell_unsupported(self, name: str, exc: TypeError) -> None:
+        self.unsupported_options.add(name)
+        if name in _told_unsupported:
+            return
+        _told_unsupported.add(name)
+        effect = (
+            "device time reaches key_averages() only if this SDK puts it there by itself"
+            if name == "correlate_device_time"
+            else "the SDK uses its own default"
+        )
+        warnings.warn(
+            f"neuron-mlflow: this Neuron SDK's NeuronConfig does not accept {name!r} "
+            f"({exc}); profiling goes on without it ({effect}). Set "
+            f"neuron.{name} explicitly to make this an error, or upgrade the Neuron SDK",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def profiler_kwargs(self, config: ProfilerConfig, output_dir: Path) -> dict[str, Any]:
         from torch_neuronx.profiling import NeuronProfiler
@@ -142,48 +245,95 @@ class NeuronBackend(Backend):
         return {"experimental_config": neuron_config}
 
     def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
-        """``NeuronProfiler(cfg).export_trace``: the Neuron tree, names and nesting as written."""
+        """``NeuronProfiler(cfg).export_trace``: the Neuron tree, names and nesting as written.
+
+        The profiler is kept (torch builds its events lazily: later, off the training
+        thread) in case its events hold device time that the trace lacks, under the path of
+        the window's framework trace inside ``output_dir`` (which stays the same when the
+        folder is moved into the spool); :meth:`read_window` drops it.
+        """
         self._exporter.export_trace(prof)
+        traces = framework_traces(output_dir)
+        if traces:
+            self._profiles[_trace_key(traces[0], output_dir)] = prof
+            while len(self._profiles) > KEPT_PROFILES:
+                self._profiles.pop(next(iter(self._profiles)))
 
     def synchronize(self) -> None:
         import torch
 
-        torch.neuron.synchronize()
+        torch.neuron.synchronize()  # type: ignore[attr-defined]
+
+    def read_window(self, trace_dir: Path, prof: Any = None) -> NeuronWindow:
+        """Summarise the window whose output is in ``trace_dir`` (call off the training thread).
+
+        The framework trace is summarised by the trace engine (the same rules as every
+        backend); device time comes from its device events, else from the profiler's events
+        (``prof``, default: the one :meth:`export_trace` kept for ``trace_dir``).
+        """
+        from neuron_mlflow.trace.summarize import summarize_trace
+
+        traces = framework_traces(trace_dir)
+        kept = self._profiles.pop(_trace_key(traces[0], trace_dir), None) if traces else None
+        prof = kept if prof is None else prof
+        if not traces:
+            return NeuronWindow(
+                None,
+                notes=[f"no framework trace ({' or '.join(FRAMEWORK_TRACE_NAMES)}) in the window"],
+            )
+        result = summarize_trace(traces[0], self.device_label)
+        window = NeuronWindow(result.summary)
+        if result.device_events > 0 and result.summary.device_time_us is not None:
+            window.source = "trace"
+            window.device_busy_pct = result.device_busy_pct
+            window.kernels = dict(result.kernels)
+            return window
+        times = read_device_times(prof.events()) if prof is not None else None
+        if times is not None and times.device_us > 0:
+            window.summary = with_device_times(result.summary, times)
+            window.source = "key_averages"
+            window.device_busy_pct = times.busy_pct
+            window.kernels = dict(times.per_kernel_us)
+            return window
+        note = (
+            "NEURON device time was not captured in this window (neither the framework trace "
+            "nor key_averages() held any)"
+        )
+        if "correlate_device_time" in self.unsupported_options:
+            note += "; this SDK does not accept correlate_device_time"
+        window.notes.append(note)
+        return window
 
     def refine_device_time(
         self, stats: CapturedStats, trace_dir: Path
     ) -> tuple[CapturedStats, str]:
-        """Use ``key_averages()`` device time, else the device events of ``trace.json``."""
-        stats, source = super().refine_device_time(stats, trace_dir)
-        if source == "key_averages":
-            return stats, source
-        from neuron_mlflow.trace.summarize import summarize_trace
-
-        per_op: dict[str, float] = defaultdict(float)
-        per_kernel: dict[str, float] = defaultdict(float)
-        for trace in sorted(trace_dir.rglob("trace.json")):
-            result = summarize_trace(trace, self.device_label)
-            for op in result.summary.ops:  # back from per step to window totals
-                per_op[op.name] += (op.self_device_us or 0.0) * result.summary.steps
-            for name, us in result.kernels.items():
-                per_kernel[name] += us
-        if not per_kernel:
+        """The window per :meth:`read_window`, as window totals (the trace engine's operators,
+        each with the device time it launched inside the window's marked ranges)."""
+        window = self.read_window(trace_dir)
+        self.last_window = window
+        summary = window.summary
+        if summary is None or window.source == "none":
             return stats, "none"
+        steps = summary.steps
         stats.cpu_ops = [
-            replace(
-                op,
-                self_device_us=per_op.get(op.name, 0.0),
-                device_total_us=per_op.get(op.name, 0.0),
+            RawOp(
+                op.name,
+                round(op.calls * steps),
+                op.self_cpu_us * steps,
+                op.cpu_total_us * steps,
+                (op.self_device_us or 0.0) * steps,
+                (op.device_total_us or 0.0) * steps,
+                input_shapes=op.input_shapes,
+                flops=op.flops * steps if op.flops is not None else None,
             )
-            for op in stats.cpu_ops
+            for op in summary.ops
         ]
-        # With marked calls only the calls' own operators count, so the device total is theirs.
-        stats.device_rows = (
-            []
-            if stats.calls_marked
-            else [RawOp(name, 1, 0.0, 0.0, us, us) for name, us in per_kernel.items()]
-        )
-        return stats, "trace"
+        stats.device_rows = [
+            RawOp(name, 1, 0.0, 0.0, us, us) for name, us in window.kernels.items()
+        ]
+        stats.top_level_calls = round(summary.op_calls * steps)
+        stats.calls_marked = False
+        return stats, window.source
 
     def describe(self) -> dict[str, str]:
         facts = {"backend": self.name, "device": self.device_label or "NEURON"}
@@ -203,4 +353,9 @@ class NeuronBackend(Backend):
         if self.config is not None:
             facts["neuron.modes"] = ",".join(self.config.neuron.modes)
             facts["neuron.cores"] = self.config.neuron.capture_enabled_for_nc or "all"
+            for name in DEFAULTED_OPTIONS:
+                value = getattr(self.config.neuron, name)
+                facts[f"neuron.{name}"] = (
+                    "unsupported" if name in self.unsupported_options else str(value).lower()
+                )
         return facts

@@ -1,0 +1,229 @@
+"""Neuron Explorer's device-level summary of a window, as MLflow metrics.
+
+After a window (off the training thread), when ``neuron-explorer`` is on ``PATH``
+(``neuron.explorer_summary``: ``auto``, ``always``, ``never``), it runs::
+
+    neuron-explorer view -d <profile dir> --output-format summary-json \\
+        --output-file <window>/neuron_summary.json
+
+The summary's schema may change between Explorer versions, so every numeric leaf is logged
+generically as ``P/neuron/summary/<path>`` (a single top-level profile id such as
+``n_<hex>`` is dropped from the path; several are kept), plus a short list of headline
+names, from the documented ``Summary`` fields, when present:
+
+=====================================  =======================================================
+``P/neuron/...``                       from (summed over device profiles, or time-weighted)
+=====================================  =======================================================
+``total_time_us``                      ``total_time`` (s): on-device time incl. idle gaps
+``active_time_us``                     ``total_active_time`` (s)
+``<engine>_engine_active_pct``         ``<engine>_engine_active_time_percent``: tensor,
+                                       vector, scalar, gpsimd, sync
+``dma_active_pct``                     ``dma_active_time_percent``
+``mfu_pct``                            ``mfu_estimated_percent``
+``mbu_pct``                            ``mbu_estimated_percent`` (HBM bandwidth used)
+``hbm_bytes``                          ``hbm_read_bytes`` + ``hbm_write_bytes``
+``hardware_flops``, ``model_flops``    the FLOP counts
+=====================================  =======================================================
+
+Percentages: when every ``*_percent`` value in the file is at most 1, the file is taken to
+use a 0-1 scale (seen in third-party parsers) and headline ``_pct`` values are multiplied by
+100; raw leaves are logged as written.
+
+Example:
+    >>> doc = {"n_1f": {"total_time": 0.002, "tensor_engine_active_time_percent": 0.4}}
+    >>> sorted(headline(doc).items())
+    [('tensor_engine_active_pct', 40.0), ('total_time_us', 2000.0)]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from neuron_mlflow.naming import neuron_metric_key
+
+EXPLORER = "neuron-explorer"
+SUMMARY_FILE = "neuron_summary.json"
+"""The file uploaded into the window's artifact folder."""
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
+_SECONDS = {"total_time": "total_time_us", "total_active_time": "active_time_us"}
+_PERCENT = {
+    **{f"{e}_engine_active_time_percent": f"{e}_engine_active_pct" for e in ENGINES},
+    "dma_active_time_percent": "dma_active_pct",
+    "mfu_estimated_percent": "mfu_pct",
+    "mbu_estimated_percent": "mbu_pct",
+}
+_SUMMED = {"hardware_flops": "hardware_flops", "model_flops": "model_flops"}
+
+
+def explorer_path() -> str | None:
+    """``neuron-explorer`` on ``PATH``, else ``None``."""
+    return shutil.which(EXPLORER)
+
+
+def summary_command(executable: str, profile_dir: Path, output_file: Path) -> list[str]:
+    """The documented export command.
+
+    Example:
+        >>> summary_command("neuron-explorer", Path("p"), Path("w/neuron_summary.json"))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ['neuron-explorer', 'view', '-d', 'p', '--output-format', 'summary-json',
+         '--output-file', 'w/neuron_summary.json']
+    """
+    return [
+        executable,
+        "view",
+        "-d",
+        str(profile_dir),
+        "--output-format",
+        "summary-json",
+        "--output-file",
+        str(output_file),
+    ]
+
+
+def run_summary(
+    profile_dir: Path, output_file: Path, executable: str | None = None, timeout_s: float = 900
+) -> dict[str, Any]:
+    """Run the export and return the summary (also written to ``output_file``).
+
+    Explorer prints ``summary-json`` on stdout; when it writes no ``output_file``, stdout is
+    saved there.
+
+    Raises:
+        FileNotFoundError: ``neuron-explorer`` is not on ``PATH``.
+        RuntimeError: it failed, or its output is not JSON (the message has its stderr).
+    """
+    exe = executable or explorer_path()
+    if exe is None:
+        raise FileNotFoundError(f"{EXPLORER} is not on PATH (install aws-neuronx-tools)")
+    output_file.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        summary_command(exe, profile_dir, output_file),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{EXPLORER} exited with {done.returncode} on {profile_dir}: {done.stderr[-1000:]}"
+        )
+    if not output_file.is_file() or output_file.stat().st_size == 0:
+        output_file.write_text(done.stdout)
+    try:
+        data = json.loads(output_file.read_text())
+    except ValueError as exc:
+        raise RuntimeError(f"{EXPLORER} summary-json is not JSON ({exc}): {output_file}") from exc
+    if not isinstance(data, dict):
+        raise RuntimeError(f"{EXPLORER} summary-json is not a JSON object: {output_file}")
+    return data
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], float]]:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        if math.isfinite(value):
+            yield path, float(value)
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _leaves(inner, (*path, str(key)))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from _leaves(inner, (*path, str(i)))
+
+
+def numeric_leaves(data: dict[str, Any]) -> dict[tuple[str, ...], float]:
+    """Every finite number in the summary by its key path (one top-level id dropped).
+
+    Example:
+        >>> numeric_leaves({"n_1": {"a": 1, "b": {"c": 2.5}, "ok": True, "s": "x"}})
+        {('a',): 1.0, ('b', 'c'): 2.5}
+    """
+    root: Any = data
+    if len(data) == 1 and isinstance(next(iter(data.values())), dict):
+        root = next(iter(data.values()))
+    return dict(_leaves(root))
+
+
+def _profiles(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Flat dicts of Summary fields: one per device profile (or the document itself)."""
+    nested = [v for v in data.values() if isinstance(v, dict)]
+    if nested and all(isinstance(v, dict) for v in data.values()):
+        flat: list[dict[str, Any]] = []
+        for inner in nested:
+            flat.extend(_profiles(inner) if not _has_fields(inner) else [inner])
+        return flat
+    return [data]
+
+
+def _has_fields(value: dict[str, Any]) -> bool:
+    return any(k in value for k in (*_SECONDS, *_PERCENT, *_SUMMED))
+
+
+def fraction_scale(data: dict[str, Any]) -> bool:
+    """True when every ``*_percent`` value in the file is at most 1 (a 0-1 scale)."""
+    values = [v for path, v in numeric_leaves(data).items() if path[-1].endswith("_percent")]
+    return bool(values) and all(0.0 <= v <= 1.0 for v in values)
+
+
+def headline(data: dict[str, Any]) -> dict[str, float]:
+    """The headline numbers of :data:`_SECONDS`, :data:`_PERCENT` and :data:`_SUMMED`.
+
+    Times, FLOPs and bytes are summed over device profiles; percentages are averaged,
+    weighted by each profile's ``total_time`` (equal weights without it).
+    """
+    scale = 100.0 if fraction_scale(data) else 1.0
+    profiles = [p for p in _profiles(data) if _has_fields(p)]
+    out: dict[str, float] = {}
+
+    def number(p: dict[str, Any], key: str) -> float | None:
+        value = p.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value) if math.isfinite(value) else None
+
+    for field, name in _SECONDS.items():
+        values = [v for p in profiles if (v := number(p, field)) is not None]
+        if values:
+            out[name] = sum(values) * 1e6
+    for field, name in _SUMMED.items():
+        values = [v for p in profiles if (v := number(p, field)) is not None]
+        if values:
+            out[name] = sum(values)
+    hbm = [
+        (number(p, "hbm_read_bytes") or 0.0) + (number(p, "hbm_write_bytes") or 0.0)
+        for p in profiles
+        if number(p, "hbm_read_bytes") is not None or number(p, "hbm_write_bytes") is not None
+    ]
+    if hbm:
+        out["hbm_bytes"] = sum(hbm)
+    for field, name in _PERCENT.items():
+        pairs = [
+            (v, number(p, "total_time") or 1.0)
+            for p in profiles
+            if (v := number(p, field)) is not None
+        ]
+        if pairs:
+            weight = sum(w for _, w in pairs)
+            out[name] = scale * sum(v * w for v, w in pairs) / weight
+    return out
+
+
+def explorer_metrics(prefix: str, data: dict[str, Any]) -> dict[str, float]:
+    """``P/neuron/<headline>`` and ``P/neuron/summary/<path>`` for every numeric leaf.
+
+    Example:
+        >>> sorted(explorer_metrics("P", {"n_1": {"total_time": 0.5}}))
+        ['P/neuron/summary/total_time', 'P/neuron/total_time_us']
+    """
+    metrics = {neuron_metric_key(prefix, name): v for name, v in headline(data).items()}
+    for path, value in numeric_leaves(data).items():
+        metrics[neuron_metric_key(prefix, "summary", *path)] = value
+    return metrics

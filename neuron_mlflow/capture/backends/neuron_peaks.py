@@ -1,0 +1,126 @@
+"""Documented peak numbers of Trainium chips, for MFU and the compute/memory verdict.
+
+Source: AWS Neuron documentation, ``about-neuron/arch/neuron-hardware/`` (trainium, trainium2,
+trainium3, trn1/trn2/trn3 architecture and neuron-core-v2..v4 pages) and
+``about-neuron/arch/neuron-features/logical-neuroncore-config.rst``, snapshot of 2026-08-21
+(SDK 2.32.0), summarised in ``shared/neuron-tools.md`` section 3. Dense TFLOPS per chip; a
+NeuronCore's share is the chip figure divided by its logical cores (physical cores / LNC),
+as the documentation derives it (Trn2 BF16: 667 / 4 = 166.8 per LNC=2 core). The per-core
+TensorEngine figures of the core pages (Trn2 BF16 79) do not multiply to the chip figure;
+the chip figure is used.
+
+The instance type comes from the Explorer summary's ``instance_type``, neuron-monitor's
+``instance_info``, or ``/sys/devices/virtual/dmi/id/product_name`` (EC2 writes the
+instance type there), in that order; LNC from ``NEURON_LOGICAL_NC_CONFIG``, else the
+family's default.
+
+Example:
+    >>> peak = chip_peak("trn2.48xlarge")
+    >>> peak.family, peak.bf16_tflops, round(peak.core_tflops(), 2)
+    ('trn2', 667.0, 166.75)
+    >>> chip_peak("p5.48xlarge") is None
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCE = (
+    "AWS Neuron docs, about-neuron/arch/neuron-hardware/ (trainium*, trn*-arch, "
+    "neuron-core-v2..v4), SDK 2.32.0, 2026-08-21"
+)
+"""Where the numbers of :data:`PEAKS` come from."""
+
+
+@dataclass(frozen=True)
+class ChipPeak:
+    """Peak numbers of one Trainium chip, as documented.
+
+    Attributes:
+        family: ``trn1``, ``trn2``, ``trn3``.
+        bf16_tflops: dense BF16 TFLOPS per chip.
+        fp8_tflops: dense FP8 TFLOPS per chip (cFP8 on Trn1/Trn2, MXFP8 on Trn3).
+        fp32_tflops: dense FP32 TFLOPS per chip.
+        hbm_bytes_per_s: HBM bandwidth per chip (bytes per second).
+        physical_cores: NeuronCores per chip.
+        default_lnc: physical cores per logical core by default.
+    """
+
+    family: str
+    bf16_tflops: float
+    fp8_tflops: float
+    fp32_tflops: float
+    hbm_bytes_per_s: float
+    physical_cores: int
+    default_lnc: int
+
+    def logical_cores(self, lnc: int | None = None) -> int:
+        """Logical NeuronCores per chip at ``lnc`` (default: the family's)."""
+        return max(self.physical_cores // (lnc or self.default_lnc), 1)
+
+    def core_tflops(self, lnc: int | None = None, dtype: str = "bf16") -> float:
+        """Dense TFLOPS of one logical NeuronCore (the chip figure over its logical cores)."""
+        chip = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp32": self.fp32_tflops}
+        return chip[dtype] / self.logical_cores(lnc)
+
+    def core_hbm_bytes_per_s(self, lnc: int | None = None) -> float:
+        """HBM bandwidth share of one logical NeuronCore (not documented per core: derived)."""
+        return self.hbm_bytes_per_s / self.logical_cores(lnc)
+
+
+PEAKS: dict[str, ChipPeak] = {
+    # Trn1: 2 NC-v2 per chip, no LNC; BF16 190 (cFP8 190, FP32 47.5); 820 GiB/s HBM
+    "trn1": ChipPeak("trn1", 190.0, 190.0, 47.5, 820 * 2**30, 2, 1),
+    # Trn2: 8 NC-v3 per chip, LNC 1 or 2 (default 2); 667 / 1,299 / 181; 2.9 TB/s
+    "trn2": ChipPeak("trn2", 667.0, 1299.0, 181.0, 2.9e12, 8, 2),
+    # Trn3: 8 NC-v4 per chip, LNC 1 or 2 (default not documented: 2 assumed); 671 / 2,517
+    # MXFP8 / 183; 4.9 TB/s
+    "trn3": ChipPeak("trn3", 671.0, 2517.0, 183.0, 4.9e12, 8, 2),
+}
+"""Documented peaks per chip, by instance family."""
+
+_FAMILY = re.compile(r"^(trn\d)")
+_DEVICE_TYPE = {"trainium": "trn1", "trainium1": "trn1", "trainium2": "trn2", "trainium3": "trn3"}
+_DMI = Path("/sys/devices/virtual/dmi/id/product_name")
+
+
+def family_of(name: str | None) -> str | None:
+    """``trn1``/``trn2``/``trn3`` from an instance type (``trn1n.32xlarge``) or a device type
+    (``trainium2``), else ``None``.
+
+    Example:
+        >>> family_of("trn1n.32xlarge"), family_of("trainium2"), family_of("inf2.xlarge")
+        ('trn1', 'trn2', None)
+    """
+    if not name:
+        return None
+    text = name.strip().lower()
+    if text in _DEVICE_TYPE:
+        return _DEVICE_TYPE[text]
+    match = _FAMILY.match(text)
+    return match[1] if match and match[1] in PEAKS else None
+
+
+def chip_peak(name: str | None) -> ChipPeak | None:
+    """The documented peaks of the chip of ``name`` (instance or device type), if known."""
+    family = family_of(name)
+    return PEAKS.get(family) if family else None
+
+
+def host_instance_type() -> str | None:
+    """The EC2 instance type of this host from DMI, if readable (no network)."""
+    try:
+        text = _DMI.read_text().strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def logical_core_config() -> int | None:
+    """``NEURON_LOGICAL_NC_CONFIG`` (1 or 2) when set, else ``None`` (the family's default)."""
+    value = os.environ.get("NEURON_LOGICAL_NC_CONFIG", "").strip()
+    return int(value) if value in {"1", "2"} else None
