@@ -23,6 +23,7 @@ def _run_recipe(tracking_uri: str, variants: str, experiment: str) -> str:
     )
 
 
+@pytest.mark.slow
 def test_rmsnorm_recipe_naive_and_fused(tracking_uri) -> None:
     out = _run_recipe(tracking_uri, "naive,rms_norm", "recipe-fast")
     assert "| naive | n/a |" in out and "| rms_norm | n/a |" in out
@@ -45,6 +46,7 @@ def test_rmsnorm_recipe_all_three_variants(tracking_uri) -> None:
     assert client.get_run(children["compiled"]).data.metrics["profile/op_calls"] <= 2
 
 
+@pytest.mark.slow
 def test_train_recipe_profiles_train_and_validate(tracking_uri) -> None:
     args = ["--steps", "8", "--batch-size", "4", "--wait", "1", "--warmup", "1", "--active", "2"]
     run_python(
