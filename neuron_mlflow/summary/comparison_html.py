@@ -57,9 +57,10 @@ def _value(metric: str, value: float | None) -> str:
 def _bar(
     title: str, run: str, value: float | None, scale: float, text: str, change: str, kind: str
 ) -> str:
+    """One bar; ``scale`` is the largest value of its group (the width's 100 %)."""
     width = 100 * (value or 0.0) / scale if scale else 0.0
     detail = f"{run}: {text}" + (f" ({change} vs the baseline)" if change else "")
-    data = f' data-value="{value!r}"' if value is not None else ""
+    data = f' data-value="{value!r}" data-group-max="{scale!r}"' if value is not None else ""
     return (
         f'<div class="cmp-bar {kind}" data-run="{html.escape(run)}" '
         f'data-title="{html.escape(title)}"'
@@ -108,11 +109,13 @@ def _ops(c: Comparison) -> tuple[str, float]:
     top = max((v or 0.0) for row in c.op_rows for v in row["values"].values()) or 1.0
     names = display_names(row["op"] for row in c.op_rows)
     out = [
-        '<div class="toolbar"><button id="nm-reset">Reset zoom</button>'
+        '<div class="toolbar"><button id="nm-scale">Scale: per operator</button>'
+        '<button id="nm-reset">Reset zoom</button>'
         '<span id="nm-range" class="muted"></span></div><div class="cmp" id="nm-op-chart">'
     ]
     for row in c.op_rows:
         op = row["op"]
+        group = max((v or 0.0) for v in row["values"].values()) or 1.0
         out.append(
             f'<div class="group" data-op="{html.escape(op)}" title="{html.escape(op)}">'
             f"{html.escape(names[op])}</div>"
@@ -127,7 +130,7 @@ def _ops(c: Comparison) -> tuple[str, float]:
                 if not status
                 else ("bad" if status == "new" else "good")
             )
-            out.append(_bar(op, r.name, value, top, _value(field, value), change, kind))
+            out.append(_bar(op, r.name, value, group, _value(field, value), change, kind))
     return "".join(out) + "</div>", top
 
 

@@ -10,18 +10,26 @@
   });
   var chart = document.getElementById("nm-op-chart"), rangeEl = document.getElementById("nm-range");
   if (!chart) { api.ready = true; return; }
-  var full = DATA.op_max || 1, hi = full, lo = 0;
+  var full = DATA.op_max || 1, hi = full, lo = 0, perOp = true;
   var bars = chart.querySelectorAll(".cmp-bar[data-value]");
-  function draw() {
+  var scaleButton = document.getElementById("nm-scale");
+  function draw() {  // per operator: each group against its largest run; shared: one axis
+    var zoom = (hi - lo) / full;
     bars.forEach(function (bar) {
-      var v = parseFloat(bar.getAttribute("data-value")), frac = (v - lo) / (hi - lo);
+      var v = parseFloat(bar.getAttribute("data-value"));
+      var frac = perOp ? v / (parseFloat(bar.getAttribute("data-group-max")) * zoom || 1)
+                       : (v - lo) / (hi - lo);
       var fill = bar.querySelector(".fill");
       fill.style.width = (100 * Math.max(0, Math.min(1, frac))) + "%";
       fill.classList.toggle("clipped", frac > 1);
     });
-    api.view = { lo: lo, hi: hi };
-    rangeEl.textContent = "axis " + NM.fmtUs(lo) + " \u2013 " + NM.fmtUs(hi) + " (wheel: zoom, drag: pan)";
+    api.view = { lo: lo, hi: hi, perOp: perOp };
+    scaleButton.textContent = perOp ? "Scale: per operator" : "Scale: shared axis";
+    rangeEl.textContent = (perOp ? "each operator against its largest run, zoom x" +
+      (1 / zoom).toFixed(2) : "axis " + NM.fmtUs(lo) + " \u2013 " + NM.fmtUs(hi)) +
+      " (wheel: zoom, drag: pan)";
   }
+  scaleButton.addEventListener("click", function () { perOp = !perOp; lo = 0; hi = full; draw(); });
   chart.addEventListener("wheel", function (e) {
     e.preventDefault();
     var f = Math.exp(e.deltaY * 0.0015), nhi = lo + (hi - lo) * f;

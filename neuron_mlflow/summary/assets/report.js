@@ -26,7 +26,7 @@
   }
 
   var ev = T.events, n = ev.dur_us.length, names = T.names, shorts = T.short;
-  var ROW = 16, LANE_PAD = 6, LABEL_W = 210, AXIS_H = 22, MAX_DEPTH = 40;
+  var ROW = 16, LANE_PAD = 6, LABEL_W = 210, AXIS_H = 22, MAX_DEPTH = 40;  // LABEL_W: see resize
   var nameIds = {};
   names.forEach(function (name, i) { nameIds[name] = i; });
 
@@ -60,6 +60,7 @@
 
   function resize() {
     width = Math.max(400, canvas.parentElement.clientWidth);
+    LABEL_W = Math.round(Math.min(210, Math.max(120, width * 0.2)));
     var ratio = window.devicePixelRatio || 1;
     canvas.width = width * ratio;
     canvas.height = height * ratio;
