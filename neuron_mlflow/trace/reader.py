@@ -36,7 +36,6 @@ from neuron_mlflow.errors import TraceFormatError
 
 CHUNK_CHARS = 1 << 20
 _SPACE = re.compile(r"[\s]*")
-_SEPARATOR = re.compile(r"\s*([,\]])\s*")
 _NEXT_EVENT = re.compile(r"\s*,\s*\{")
 _DECODER = json.JSONDecoder()
 
