@@ -28,7 +28,7 @@ _NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
 def _looks_like_trace(path: Path) -> bool:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:  # type: ignore[operator]
+        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
             head = handle.read(1 << 16)
     except OSError:
         return False

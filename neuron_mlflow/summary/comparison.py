@@ -174,21 +174,21 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
         body.append(row)
     op_head = ["op", *[r.name for r in c.runs]]
     op_body = []
-    for row in c.op_rows:
-        cells = [row["op"]]
+    for op_row in c.op_rows:
+        cells = [op_row["op"]]
         for r in c.runs:
-            value = row["values"][r.run_id]
-            status = row["status"].get(r.run_id, "")
+            value = op_row["values"][r.run_id]
+            status = op_row["status"].get(r.run_id, "")
             if r.run_id == base:
                 cells.append(_fmt(value))
             elif status in ("new", "gone"):
                 cells.append(f"{_fmt(value)} [{status}]")
-            elif r.run_id not in row["delta"]:
+            elif r.run_id not in op_row["delta"]:
                 cells.append(_fmt(value))  # in neither this run nor the baseline
             else:
                 cells.append(
-                    f"{_fmt(value)} ({row['delta'][r.run_id]:+.1f}, "
-                    f"{_signed_pct(row['delta_pct'][r.run_id])})"
+                    f"{_fmt(value)} ({op_row['delta'][r.run_id]:+.1f}, "
+                    f"{_signed_pct(op_row['delta_pct'][r.run_id])})"
                 )
         op_body.append(cells)
     return head, body, op_head, op_body
