@@ -168,6 +168,7 @@ def spool_live(job: FinishJob) -> None:
     tags = environment_tags(capture.backend.describe(), job.rank, job.world_size)
     errors = [*capture.errors, *([job.error] if job.error else [])]
     job.spec = WindowSpec(
+        strict=config.strict,
         prefix=job.prefix,
         index=capture.window.index,
         first=capture.window.first,

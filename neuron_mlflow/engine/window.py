@@ -4,8 +4,9 @@ Live windows (:class:`~neuron_mlflow.engine.session.ProfilingSession`) and ``ing
 use the same two steps (:func:`assemble_window` runs both): :func:`spool_window` writes the
 manifest and moves the window's staged files (the traces) into its artifact folder (cheap,
 so a live window does it on the training thread); :func:`write_summary` builds the metrics
-from the summary (names from :mod:`neuron_mlflow.naming`), writes the summary files next to
-the traces, and marks the window ``pending`` (ready to upload) or ``incomplete``.
+from the summary (names from :mod:`neuron_mlflow.naming`), writes the summary files and
+``report.html`` next to the traces, and marks the window ``pending`` (ready to upload) or
+``incomplete``.
 
 Example:
     >>> import tempfile
@@ -19,7 +20,7 @@ Example:
     >>> record.status, record.manifest["metrics"]["profile/op_calls"]
     ('pending', 1.0)
     >>> sorted(p.name for p in record.artifacts_dir.iterdir())
-    ['op_keys.json', 'ops.csv', 'summary.json', 'summary.md']
+    ['op_keys.json', 'ops.csv', 'report.html', 'summary.json', 'summary.md']
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neuron_mlflow.engine.guard import guarded
 from neuron_mlflow.naming import busy_metric, partial_tag, window_artifact_path, window_metrics
 from neuron_mlflow.sinks.spool import Spool, Status, WindowRecord, write_summary_files
 from neuron_mlflow.summary.ops import OpSummary
+from neuron_mlflow.trace.window_report import write_window_report
 
 
 @dataclass
@@ -58,6 +61,7 @@ class WindowSpec:
         status: ``pending`` (ready to upload) or ``incomplete`` (kept, not uploaded).
         error: what went wrong, if anything (kept in the manifest).
         manifest: more manifest fields (experiment and run names, traces_only, ...).
+        strict: a failure to write ``report.html`` raises (else it is a warning).
     """
 
     prefix: str
@@ -78,6 +82,7 @@ class WindowSpec:
     status: Status = "pending"
     error: str | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    strict: bool = False
 
     @property
     def artifact_path(self) -> str:
@@ -149,6 +154,8 @@ def write_summary(record: WindowRecord, spec: WindowSpec) -> WindowRecord:
     assert spec.summary is not None, "the window has not been summarised"
     summary = spec.summary.with_partial(spec.partial)
     write_summary_files(record.artifacts_dir, summary, title, document)
+    # report.html (the timeline from the window's trace): never fails the window
+    guarded(spec.strict, write_window_report, record.artifacts_dir, summary, record.manifest)
     record.update(metrics=window_metrics_of(spec), summarised=True, status=spec.status)
     return record
 
