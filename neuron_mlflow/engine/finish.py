@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.engine.environment import environment_tags
+from neuron_mlflow.engine.guard import guarded
 from neuron_mlflow.engine.upload import RunTarget, upload_window
 from neuron_mlflow.engine.window import WindowSpec, spool_window, write_summary
 from neuron_mlflow.errors import NeuronMlflowWarning
@@ -109,38 +111,44 @@ class Results:
         self.run_id: str | None = None
         self.records: list[WindowRecord] = []
         self._jobs: list[Future[Any]] = []
+        self._summaries: list[Future[Any]] = []
 
-    def track(self, job: Future[T]) -> Future[T]:
-        """Remember ``job`` so that :meth:`wait` waits for it."""
+    def track(self, job: Future[T], summarised: Future[Any] | None = None) -> Future[T]:
+        """Remember ``job`` so that :meth:`wait` waits for it; ``summarised`` is set when its
+        summary is published (before the upload), for :meth:`wait` with ``summaries_only``."""
         self._jobs.append(job)
+        self._summaries.append(summarised if summarised is not None else job)
         return job
 
     def publish(self, result: FinishResult) -> WindowRecord | None:
-        """Record a finished window's results (on the worker thread)."""
-        if result.record is not None:
+        """Record a finished window's results (on the worker thread); a record already
+        published (at its summary) is not added twice."""
+        if result.record is not None and not any(r is result.record for r in self.records):
             self.records.append(result.record)
             self.summary = result.summary
         if result.run_id is not None:
             self.run_id = result.run_id
         return result.record
 
-    def wait(self, timeout_s: float, strict: bool) -> bool:
+    def wait(self, timeout_s: float, strict: bool, summaries_only: bool = False) -> bool:
         """Wait for every tracked job, at most ``timeout_s``; True when none is left.
 
+        With ``summaries_only`` wait until each job's summary is published, not its upload.
         A job's exception is raised when ``strict`` (else it was already a warning).
         """
         deadline = time.monotonic() + timeout_s
-        for job in list(self._jobs):
+        jobs = self._summaries if summaries_only else self._jobs
+        for job in list(jobs):
             try:
                 job.result(timeout=max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 return False
             except Exception:
-                self._jobs.remove(job)
+                jobs.remove(job)
                 if strict:
                     raise
                 continue
-            self._jobs.remove(job)
+            jobs.remove(job)
         return True
 
 
@@ -148,6 +156,9 @@ def summarise_live(capture: LiveWindow, partial: bool) -> tuple[OpSummary, str |
     """The window's op summary, and which source gave its device time (a run tag)."""
     stats = capture.stats or CapturedStats()
     stats, device_time_source = capture.backend.refine_device_time(stats, capture.trace_dir)
+    capture.device_busy_pct = stats.device_busy_pct
+    if stats.summary is not None:  # read from the window's own trace (the trace engine)
+        return stats.summary.with_partial(partial), device_time_source
     summary = build_summary(
         stats.cpu_ops,
         top_level_calls=stats.top_level_calls,
@@ -206,19 +217,53 @@ def spool_live(job: FinishJob) -> None:
 def _summarise(job: FinishJob) -> OpSummary:
     assert job.spec is not None and job.record is not None
     summary, device_time_source = summarise_live(job.capture, job.partial)
+    job.spec.device_busy_pct = job.capture.device_busy_pct
     if device_time_source is not None:
         job.spec.tags["neuron_mlflow.device_time_source"] = device_time_source
         job.record.manifest["tags"]["neuron_mlflow.device_time_source"] = device_time_source
+    summary = _device_analysis(job, summary)
     job.spec.summary = summary
     write_summary(job.record, job.spec)
     return summary
 
 
-def finish_window(job: FinishJob) -> FinishResult:
+def _device_analysis(job: FinishJob, summary: OpSummary) -> OpSummary:
+    """A backend's analysis after the window (Neuron: Explorer's summary, MFU, the verdict,
+    the busy share): its metrics, tags and files join the window; a failure never fails it."""
+    analyze = getattr(job.capture.backend, "analyze_window", None)
+    assert job.spec is not None and job.record is not None
+    if analyze is None:
+        return summary
+    found = guarded(
+        job.capture.config.strict,
+        analyze,
+        job.prefix,
+        summary,
+        job.capture.trace_dir,
+        job.record.artifacts_dir,
+    )
+    if found is None:
+        return summary
+    if found.device_busy_pct is not None:
+        job.spec.device_busy_pct = found.device_busy_pct
+    job.spec.extra_metrics.update(found.metrics)
+    job.spec.tags.update(found.tags)
+    job.record.manifest["tags"].update(found.tags)
+    for error in found.errors:
+        job.spec.document.setdefault("errors", []).append(error)
+        warnings.warn(f"neuron-mlflow: {error}", NeuronMlflowWarning, stacklevel=2)
+    return found.summary
+
+
+def finish_window(
+    job: FinishJob, on_summary: Callable[[FinishResult], Any] | None = None
+) -> FinishResult:
     """On the worker: summarise the spooled window and (unless told not to) upload it.
 
-    Our failures become one :class:`~neuron_mlflow.errors.NeuronMlflowWarning` (the window
-    stays in the spool with its traces), unless the configuration is strict.
+    ``on_summary`` receives the result as soon as the summary is written, before the upload
+    (so the summary never waits on the network). Our failures become one
+    :class:`~neuron_mlflow.errors.NeuronMlflowWarning` (the window stays in the spool with its
+    traces), unless the configuration is strict.
     """
     capture, config = job.capture, job.capture.config
     try:
@@ -238,6 +283,8 @@ def finish_window(job: FinishJob) -> FinishResult:
             stacklevel=2,
         )
         return FinishResult(None, None, None)
+    if on_summary is not None:
+        on_summary(FinishResult(record, summary, None))
     if job.status == "incomplete":
         warnings.warn(
             f"neuron-mlflow: the profiled code raised ({job.error}); what was captured is kept "

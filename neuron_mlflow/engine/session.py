@@ -41,6 +41,7 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.environment import rank_and_world_size
 from neuron_mlflow.engine.finish import FinishJob, Results, finish_window, spool_live
 from neuron_mlflow.engine.guard import guarded
+from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.worker import worker
 from neuron_mlflow.errors import NeuronMlflowWarning
@@ -73,6 +74,8 @@ class ProfilingSession:
         traces_only: upload only the trace folder (for ranks other than 0, whose metrics,
             summaries, params and tags rank 0 logs).
         follow_active_run: ``False`` ignores an active MLflow run (``run_id`` decides).
+        system_metrics: start the ``neuron-monitor`` sampler with the session when
+            ``neuron.system_metrics`` asks for it (the Lightning callback runs its own).
 
     Raises:
         BackendUnavailableError: the configured backend cannot run here.
@@ -94,6 +97,7 @@ class ProfilingSession:
         skip_windows: set[int] | None = None,
         traces_only: bool = False,
         follow_active_run: bool = True,
+        system_metrics: bool = True,
     ) -> None:
         self.config = config
         self.prefix = prefix or config.metric_prefix
@@ -112,6 +116,16 @@ class ProfilingSession:
         self._step_started_ns = 0
         self._closed = False
         self._results = Results()
+        self._system: SystemMetrics | None = None
+        if system_metrics:
+            active = self.target.active_run()
+            self._system = self._guarded(
+                start_system_metrics,
+                config,
+                self.backend.name,
+                lambda: self.target.known_run(active) or self._results.run_id,
+                tracking_uri,
+            )
 
     def _next_after(self, step: int) -> int | None:
         return next_window_start_skipping(self.config.schedule, self.skip_windows, step)
@@ -136,14 +150,17 @@ class ProfilingSession:
 
     @property
     def summary(self) -> OpSummary | None:
-        """The op summary of the last finished window (``None`` before the first)."""
-        self.wait()
+        """The op summary of the last finished window (``None`` before the first).
+
+        Waits for the worker to summarise the windows handed to it, never for their upload.
+        """
+        self._results.wait(WAIT_S, strict=self.config.strict, summaries_only=True)
         return self._results.summary
 
     @property
     def records(self) -> list[WindowRecord]:
-        """The windows this session spooled, oldest first."""
-        self.wait()
+        """The windows this session spooled and summarised, oldest first (no upload wait)."""
+        self._results.wait(WAIT_S, strict=self.config.strict, summaries_only=True)
         return self._results.records
 
     @property
@@ -234,7 +251,11 @@ class ProfilingSession:
         self._closed = True
         self.flush()
         self._next_start = None
-        self.wait()
+        if not self.wait(self.config.upload_timeout_s):
+            worker().drain_or_warn(0.0, [str(self._spool.root)])
+        if self._system is not None:
+            system, self._system = self._system, None
+            self._guarded(system.stop)
 
     @property
     def window_open(self) -> bool:
@@ -314,8 +335,24 @@ class ProfilingSession:
             future: Future[WindowRecord | None] = Future()
             future.set_result(self._results.publish(finish_window(job)))
             return future
+        summarised: Future[None] = Future()
+
+        def summary_ready(result: Any) -> None:
+            self._results.publish(result)
+            summarised.set_result(None)
+
+        def finish() -> WindowRecord | None:
+            try:
+                return self._results.publish(finish_window(job, on_summary=summary_ready))
+            finally:
+                if not summarised.done():
+                    summarised.set_result(None)
+
         return self._results.track(
-            worker().submit(lambda: self._results.publish(finish_window(job)))
+            worker().submit(
+                finish, folder=str(self._spool.root), timeout_s=self.config.upload_timeout_s
+            ),
+            summarised,
         )
 
     def __repr__(self) -> str:
