@@ -102,17 +102,16 @@ def _download(args: argparse.Namespace) -> int:
 
     from mlflow import MlflowClient
 
-    from neuron_mlflow.sinks.download import DownloadError, download_window, viewer_commands
+    from neuron_mlflow.sinks.download import DownloadError, print_download
 
     try:
-        window, local = download_window(MlflowClient(), args.run_id, args.window, Path(args.dest))
+        code = print_download(
+            MlflowClient(), args.run_id, args.window, Path(args.dest), sys.stdout, args.open
+        )
     except DownloadError as exc:
         print(f"neuron-mlflow download: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"# window {window} of run {args.run_id}: traces in {local}")
-    for command in viewer_commands(local):
-        print(command)
-    return EXIT_OK
+    return EXIT_OK if code == 0 else EXIT_FAILURE
 
 
 def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
@@ -182,6 +181,21 @@ def _compare(args: argparse.Namespace) -> int:
     comparison = compare_profiles(profiles, baseline=args.baseline, top=args.top)
     render = {"table": render_table, "markdown": render_markdown, "json": render_json}
     print(render[args.format](comparison), end="")
+    if args.html or args.log_to:
+        from pathlib import Path
+
+        from neuron_mlflow.sinks.comparison_files import publish_comparison
+
+        html_path = Path(args.html) if args.html else None
+        try:
+            written = publish_comparison(
+                comparison, html_path, args.log_to, args.fail_above, client
+            )
+        except CompareError as exc:
+            print(f"neuron-mlflow compare: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        for item in written:
+            print(f"wrote {item}", file=sys.stderr)
     if args.fail_above is not None:
         failures = regressions(comparison, args.fail_above)
         for line in failures:

@@ -62,14 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--last", type=int, metavar="K", help="with --experiment: the K most recent profiled runs"
     )
+    compare.add_argument(
+        "--html", metavar="PATH", help="also write comparison.html (the comparison as a picture)"
+    )
+    compare.add_argument(
+        "--log-to",
+        metavar="RUN",
+        help="log comparison.html and comparison.md as artifacts of run RUN",
+    )
     download = verbs.add_parser(
         "download",
         help="fetch a window's traces and print the commands that open them",
         description=(
             "Download the traces of one window (default: the latest) of RUN_ID into DEST, with "
-            "names and nesting unchanged, and print the neuron-explorer commands for the system "
-            "profile and the device-only (.neff + .ntff) views. Exit 2 for an unknown run or "
-            "window."
+            "names and nesting unchanged, and print the neuron-explorer commands: one per "
+            "rank's profile directory, one for all ranks together, and device-only views for "
+            ".neff + .ntff pairs that belong together. Exit 2 for an unknown run or window."
         ),
     )
     download.add_argument("run_id", metavar="RUN_ID")
@@ -77,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", metavar="W", help="window folder, e.g. step_000010-000012 or P/step_..."
     )
     download.add_argument("--dest", required=True, metavar="DIR", help="local folder")
+    download.add_argument(
+        "--open",
+        action="store_true",
+        help="run the first command when neuron-explorer is on PATH (exit: its exit code)",
+    )
     summarize = verbs.add_parser(
         "summarize",
         help="print the op summary of a trace file (no MLflow)",
