@@ -36,6 +36,7 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
 from neuron_mlflow.engine.stages import RankGroup, StageWindows, check_ranks
+from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.errors import ConfigError, NeuronMlflowWarning
 from neuron_mlflow.summary.ops import OpSummary
 
@@ -123,7 +124,9 @@ class NeuronProfilerCallback(Callback):
         self.config = base.with_overrides(**overrides)
         self.stages = _check_stages(stages)
         self.ranks = check_ranks(ranks)
-        resolve_backend(self.config.backend, self.config)  # fail at construction, not mid-training
+        backend = resolve_backend(self.config.backend, self.config)  # fail now, not mid-fit
+        self._backend_name = backend.name
+        self._system: SystemMetrics | None = None  # neuron-monitor, for the whole fit
         self._run: tuple[str | None, str | None] | None = None
         self._trainer: Trainer | None = None
         self._group = RankGroup()
@@ -194,6 +197,7 @@ class NeuronProfilerCallback(Callback):
             skip_windows=windows.done,
             traces_only=not rank0,
             follow_active_run=False,
+            system_metrics=False,
         )
 
     # -- Lightning hooks: run and ranks -------------------------------------------------
@@ -204,6 +208,11 @@ class NeuronProfilerCallback(Callback):
             payload = self._resolve_run(trainer) if trainer.is_global_zero else None
             self._run = trainer.strategy.broadcast(payload, src=0)
         self._group = self._rank_group(trainer)
+        if self._system is None and self._run is not None and self._run[1] is not None:
+            uri, run_id = self._run
+            self._system = start_system_metrics(
+                self.config, self._backend_name, lambda: run_id, uri
+            )
 
     def on_before_optimizer_step(
         self, trainer: Trainer, pl_module: LightningModule, optimizer: Any
@@ -221,6 +230,9 @@ class NeuronProfilerCallback(Callback):
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         for windows in self._windows.values():
             windows.close()
+        if self._system is not None:
+            system, self._system = self._system, None
+            system.stop()
 
     def state_dict(self) -> dict[str, Any]:
         """Which windows each stage has logged, so a resumed run does not log them again."""

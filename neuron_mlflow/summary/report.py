@@ -42,6 +42,7 @@ from typing import Any
 from neuron_mlflow.summary.names import display_names
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.tables import format_us
+from neuron_mlflow.summary.verdict import verdict_lines
 
 BUDGET_BYTES = 10_000_000
 """Size budget of one report (MLflow's viewer previews files up to 50 MiB)."""
@@ -100,6 +101,7 @@ def _totals(s: Mapping[str, Any]) -> str:
     parts.append(f"op calls {s['op_calls']:g}")
     if s.get("partial"):
         parts.append("partial window (it ended before its last scheduled step)")
+    parts.extend(line[2:] for line in verdict_lines(s.get("extra") or {}))  # Neuron verdict
     return f'<p id="nm-totals">{html.escape(" · ".join(parts))}</p>'
 
 

@@ -33,7 +33,12 @@ def _run(tmp_path: Path, tracking_uri: str, *args: str, **env: str) -> tuple[str
 
 def test_device_events_in_trace_json_give_device_time(tmp_path, tracking_uri) -> None:
     run_id, options, syncs = _run(
-        tmp_path, tracking_uri, "0,1", NEURON_DOUBLE_DEVICE_EVENTS="1", XLA_IR_DEBUG="1"
+        tmp_path,
+        tracking_uri,
+        "--cores",
+        "0,1",
+        NEURON_DOUBLE_DEVICE_EVENTS="1",
+        XLA_IR_DEBUG="1",
     )
     run = MlflowClient().get_run(run_id)
     metrics, tags = run.data.metrics, run.data.tags
@@ -52,8 +57,15 @@ def test_device_events_in_trace_json_give_device_time(tmp_path, tracking_uri) ->
         100 * 300 / metrics["profile/device_time_us"]
     )
     assert metrics["profile/op_calls"] == 6
-    # only the options the user set reach NeuronConfig (besides modes and the output folder)
-    assert options == ["capture_enabled_for_nc", "modes", "profile_output_dir"]
+    # the options the user set, plus modes, the output folder and the two documented defaults
+    assert options == [
+        "capture_enabled_for_nc",
+        "correlate_device_time",
+        "modes",
+        "precache_node_info",
+        "profile_output_dir",
+    ]
+    assert tags["neuron_mlflow.neuron.correlate_device_time"] == "true"
     assert int(syncs) >= 3
 
 
@@ -218,11 +230,12 @@ def test_download_fetches_the_tree_and_prints_neuron_explorer_commands(
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"# window {WINDOW} of run {run_id}")
     (system,) = [line for line in out if line.startswith("neuron-explorer view -d ")]
-    folder = Path(system.split(" -d ", 1)[1])
+    folder = Path(system.split(" -d ", 1)[1].split(" ")[0])
     assert (folder / "trace_info.pb").is_file() and (folder / "trace.json").is_file()
     assert folder.parent.name.startswith("i-0double000000000_pid_")
+    assert system.endswith(f"--ingest-only --display-name {run_id}/step_000001-000002/rank_0")
     pairs = [line for line in out if line.startswith("neuron-explorer view -n ")]
-    assert pairs == [
+    assert [line.split(" --ingest-only")[0] for line in pairs] == [
         f"neuron-explorer view -n {folder / 'neff_0123abcd_vnc_0.neff'} "
         f"-s {folder / f'profile_nc_{core}_session_0.ntff'}"
         for core in (0, 1)

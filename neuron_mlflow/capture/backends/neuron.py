@@ -32,14 +32,15 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.backends.neuron_analysis import NOTES_KEY, DeviceAnalysis, analyze_window
 from neuron_mlflow.capture.backends.neuron_device_time import read_device_times, with_device_times
-from neuron_mlflow.summary.ops import OpSummary, RawOp
+from neuron_mlflow.summary.ops import OpSummary
 
 if TYPE_CHECKING:
     import torch.profiler
@@ -137,7 +138,7 @@ class NeuronBackend(Backend):
         self._exporter: Any = None
         self.unsupported_options: set[str] = set()
         self._profiles: dict[str, Any] = {}
-        self.last_window: NeuronWindow | None = None
+        self._windows: dict[str, NeuronWindow] = {}
         if os.environ.get("NEURON_RT_INSPECT_ENABLE") == "1":
             import warnings
 
@@ -307,33 +308,34 @@ class NeuronBackend(Backend):
     def refine_device_time(
         self, stats: CapturedStats, trace_dir: Path
     ) -> tuple[CapturedStats, str]:
-        """The window per :meth:`read_window`, as window totals (the trace engine's operators,
-        each with the device time it launched inside the window's marked ranges)."""
+        """The window per :meth:`read_window`: the trace engine's summary of the framework
+        trace, each operator with the device time it launched inside the window's marked
+        ranges (from the trace, else from ``key_averages()``), and the busy share."""
         window = self.read_window(trace_dir)
-        self.last_window = window
-        summary = window.summary
-        if summary is None or window.source == "none":
-            return stats, "none"
-        steps = summary.steps
-        stats.cpu_ops = [
-            RawOp(
-                op.name,
-                round(op.calls * steps),
-                op.self_cpu_us * steps,
-                op.cpu_total_us * steps,
-                (op.self_device_us or 0.0) * steps,
-                (op.device_total_us or 0.0) * steps,
-                input_shapes=op.input_shapes,
-                flops=op.flops * steps if op.flops is not None else None,
-            )
-            for op in summary.ops
-        ]
-        stats.device_rows = [
-            RawOp(name, 1, 0.0, 0.0, us, us) for name, us in window.kernels.items()
-        ]
-        stats.top_level_calls = round(summary.op_calls * steps)
-        stats.calls_marked = False
+        self._windows[str(trace_dir)] = window
+        while len(self._windows) > KEPT_PROFILES:
+            self._windows.pop(next(iter(self._windows)))
+        stats.summary = window.summary
+        stats.device_busy_pct = window.device_busy_pct
         return stats, window.source
+
+    def analyze_window(
+        self, prefix: str, summary: OpSummary, trace_dir: Path, out_dir: Path
+    ) -> DeviceAnalysis:
+        """After the window, off the training thread: the busy share read with its device
+        time, Neuron Explorer's summary (``neuron_summary.json`` into ``out_dir``, metrics
+        ``P/neuron/...``), ``P/mfu_pct`` and the verdict
+        (:func:`~neuron_mlflow.capture.backends.neuron_analysis.analyze_window`)."""
+        window = self._windows.pop(str(trace_dir), None)
+        busy = window.device_busy_pct if window is not None else None
+        mode = self.config.neuron.explorer_summary if self.config is not None else "auto"
+        analysis = analyze_window(prefix, summary, busy, trace_dir, out_dir, mode=mode)
+        analysis.device_busy_pct = busy
+        if window is not None and window.notes:
+            notes = [*window.notes, *analysis.summary.extra.get(NOTES_KEY, [])]
+            extra = {**analysis.summary.extra, NOTES_KEY: notes}
+            analysis.summary = replace(analysis.summary, extra=extra)
+        return analysis
 
     def describe(self) -> dict[str, str]:
         facts = {"backend": self.name, "device": self.device_label or "NEURON"}

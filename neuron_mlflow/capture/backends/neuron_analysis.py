@@ -52,6 +52,7 @@ class DeviceAnalysis:
         notes: why numbers are absent (also in the summary).
         errors: what failed (Explorer's exit, a malformed file).
         summary_file: ``neuron_summary.json`` when written.
+        device_busy_pct: the device's busy share used for the verdict (``P/device_busy_pct``).
     """
 
     summary: OpSummary
@@ -60,6 +61,7 @@ class DeviceAnalysis:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     summary_file: Path | None = None
+    device_busy_pct: float | None = None
 
 
 def profile_dir(trace_dir: Path) -> Path:
@@ -137,7 +139,7 @@ def analyze_window(
         instance_type: a hint (e.g. from neuron-monitor's ``instance_info``).
         top: operators that get a verdict.
     """
-    analysis = DeviceAnalysis(summary)
+    analysis = DeviceAnalysis(summary, device_busy_pct=device_busy_pct)
     data = _explorer(analysis, prefix, trace_dir, out_dir, mode)
     head = neuron_explorer.headline(data) if data else {}
     peak = neuron_peaks.chip_peak(_instance_type(data, instance_type))

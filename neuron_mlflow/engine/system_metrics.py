@@ -1,0 +1,146 @@
+"""Neuron system metrics for the whole job: the ``neuron-monitor`` sampler, logged to MLflow.
+
+``neuron.system_metrics`` (default ``None``: on when the backend is Neuron and
+``neuron-monitor`` is on ``PATH``) starts one sampler per host (local rank 0) with the
+session, or with the Lightning callback's ``setup`` for the whole fit, and stops it at
+``close`` / ``teardown`` (and at interpreter exit). Samples
+(:mod:`neuron_mlflow.capture.backends.neuron_monitor`, ``system/neuron/...``) go to the
+session's run with ``log_batch`` in chunks of 1000, with the time each report was read and
+the report's index as step; until the run is known (a run created at the first upload)
+they wait, bounded.
+
+Example:
+    >>> from neuron_mlflow.config import ProfilerConfig
+    >>> system_metrics_wanted(ProfilerConfig(backend="cpu"), "cpu")
+    False
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+
+from neuron_mlflow.capture.backends.neuron_monitor import (
+    NeuronMonitorSampler,
+    Sample,
+    monitor_path,
+)
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.errors import NeuronMlflowWarning
+
+log = logging.getLogger("neuron_mlflow")
+
+CHUNK = 1000
+"""Metrics per ``log_batch`` call (MLflow's limit)."""
+MAX_WAITING = 200_000
+"""Samples kept while the run is not known yet (the oldest are dropped beyond)."""
+_running: weakref.WeakSet[SystemMetrics] = weakref.WeakSet()
+
+
+def system_metrics_wanted(config: ProfilerConfig, backend_name: str) -> bool:
+    """Whether this process samples: the option (or Neuron + ``neuron-monitor`` on PATH),
+    on local rank 0 only. Warns when the option is on but ``neuron-monitor`` is missing."""
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return False
+    wanted = config.neuron.system_metrics
+    if wanted is None:
+        return backend_name == "neuron" and monitor_path() is not None
+    if wanted and monitor_path() is None:
+        warnings.warn(
+            "neuron-mlflow: neuron.system_metrics=True but neuron-monitor is not on PATH "
+            "(install aws-neuronx-tools); no system/neuron/... metrics are logged",
+            NeuronMlflowWarning,
+            stacklevel=3,
+        )
+        return False
+    return bool(wanted)
+
+
+class SystemMetrics:
+    """The sampler and its MLflow logging for one session (or one Lightning fit).
+
+    Args:
+        config: the configuration (``neuron.monitor_period_s``).
+        run_id: returns the run to log into, or ``None`` while it is not known.
+        tracking_uri: the tracking server (``None``: what MLflow resolves).
+    """
+
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        run_id: Callable[[], str | None],
+        tracking_uri: str | None = None,
+    ) -> None:
+        self._run_id = run_id
+        self._tracking_uri = tracking_uri
+        self._waiting: list[Sample] = []
+        self._lock = threading.Lock()
+        self.logged = 0
+        self.sampler = NeuronMonitorSampler(self._log, period_s=config.neuron.monitor_period_s)
+
+    def start(self) -> bool:
+        """Start sampling; ``False`` when ``neuron-monitor`` cannot run."""
+        started = self.sampler.start()
+        if started:
+            _running.add(self)
+        return started
+
+    def _log(self, samples: list[Sample]) -> None:
+        with self._lock:
+            self._waiting.extend(samples)
+            del self._waiting[:-MAX_WAITING]
+            run_id = self._run_id()
+            if run_id is None:
+                return
+            batch, self._waiting = self._waiting, []
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+
+        client = MlflowClient(self._tracking_uri)
+        metrics = [Metric(key, value, ts, step) for key, value, ts, step in batch]
+        for i in range(0, len(metrics), CHUNK):
+            client.log_batch(run_id, metrics=metrics[i : i + CHUNK], synchronous=True)
+        self.logged += len(metrics)
+
+    def stop(self) -> None:
+        """Stop the sampler (process and thread) and log what is left. Idempotent."""
+        _running.discard(self)
+        self.sampler.stop()
+        with self._lock:
+            left = len(self._waiting)
+        if left:
+            try:
+                self._log([])
+            except Exception as exc:
+                log.warning("neuron-mlflow: could not log neuron-monitor samples: %s", exc)
+            with self._lock:
+                if self._waiting:
+                    log.info(
+                        "neuron-mlflow: %d neuron-monitor samples dropped: no run was known",
+                        len(self._waiting),
+                    )
+                    self._waiting = []
+
+
+def start_system_metrics(
+    config: ProfilerConfig,
+    backend_name: str,
+    run_id: Callable[[], str | None],
+    tracking_uri: str | None = None,
+) -> SystemMetrics | None:
+    """Start the sampler when :func:`system_metrics_wanted`; ``None`` otherwise."""
+    if not system_metrics_wanted(config, backend_name):
+        return None
+    system = SystemMetrics(config, run_id, tracking_uri)
+    return system if system.start() else None
+
+
+@atexit.register
+def _stop_all() -> None:
+    for system in list(_running):
+        system.stop()
