@@ -38,6 +38,7 @@ from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CALL_MARKER_PREFIX
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.environment import rank_and_world_size
 from neuron_mlflow.engine.finish import FinishJob, Results, finish_window, spool_live
 from neuron_mlflow.engine.guard import guarded
@@ -115,6 +116,7 @@ class ProfilingSession:
         self._next_start = self._next_after(0)
         self._step_started_ns = 0
         self._closed = False
+        self._disabled = False
         self._results = Results()
         self._system: SystemMetrics | None = None
         if system_metrics:
@@ -137,7 +139,7 @@ class ProfilingSession:
         """
         if self._capture is None and step != self.step_num:
             self.step_num = step
-            self._next_start = None if self._closed else self._next_after(step)
+            self._next_start = None if self._closed or self._disabled else self._next_after(step)
 
     # -- results (finished by the background worker) -------------------------------------
 
@@ -147,6 +149,11 @@ class ProfilingSession:
         In strict mode a failure of ours while finishing a window is raised here.
         """
         return self._results.wait(timeout_s, strict=self.config.strict)
+
+    def wait_summaries(self, timeout_s: float = WAIT_S) -> bool:
+        """Wait (at most ``timeout_s``) until the windows handed to the worker are summarised
+        and in the spool with their metrics (not for their upload); True when done."""
+        return self._results.wait(timeout_s, strict=False, summaries_only=True)
 
     @property
     def summary(self) -> OpSummary | None:
@@ -265,8 +272,32 @@ class ProfilingSession:
     # -- windows ------------------------------------------------------------------------
 
     def _guarded(self, fn: Any, *args: Any) -> Any:
-        """Run our own code: a failure becomes one warning, unless ``config.strict``."""
-        return guarded(self.config.strict, fn, *args)
+        """Run our own code: a failure becomes one report and turns profiling off for this
+        session (the profiled code goes on), unless ``config.strict``."""
+        return guarded(self.config.strict, fn, *args, on_failure=self._turn_off)
+
+    def guard(self, fn: Any, *args: Any) -> Any:
+        """Run a front end's call into the engine (``begin_step``, ``end_step``, ``abort``)
+        inside the guard: see :mod:`neuron_mlflow.engine.guard`. Once profiling is off these
+        calls cost a comparison."""
+        return guarded(self.config.strict, fn, *args, on_failure=self._turn_off)
+
+    @property
+    def disabled(self) -> bool:
+        """True once a failure of ours turned profiling off for this session."""
+        return self._disabled
+
+    def _turn_off(self, exc: BaseException | None = None) -> None:
+        """Stop capturing for good: the open window (if any) is dropped, no new one opens."""
+        self._disabled = True
+        self._next_start = None
+        capture, self._capture = self._capture, None
+        _capturing.discard(self)
+        if capture is not None:
+            with suppress(Exception):
+                capture.exit_marker()
+            with suppress(Exception):
+                capture.stop()
 
     def _rank(self) -> tuple[int, int]:
         return self._rank_info or rank_and_world_size()
@@ -296,6 +327,7 @@ class ProfilingSession:
         if capture.prof is not None:
             self._capture = capture
             _capturing.add(self)
+            signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
 
     def _finish_window(
         self, status: str, partial: bool, error: str | None = None, inline: bool = False

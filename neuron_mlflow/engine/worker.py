@@ -37,6 +37,8 @@ T = TypeVar("T")
 
 log = logging.getLogger("neuron_mlflow")
 
+_Job = tuple[Callable[..., Any], tuple[Any, ...], "Future[Any]", str | None]
+
 QUEUE_SIZE = 64
 """Windows that may wait for the worker; a full queue runs the job on the caller's thread."""
 
@@ -50,9 +52,7 @@ class Worker:
     """
 
     def __init__(self, name: str = "neuron-mlflow-worker", queue_size: int = QUEUE_SIZE) -> None:
-        self._queue: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]]] = (
-            queue.Queue(queue_size)
-        )
+        self._queue: queue.Queue[_Job] = queue.Queue(queue_size)
         self._name = name
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

@@ -84,7 +84,7 @@ class MlflowSink:
         self.requests = 0
         self._runs: dict[str, delivery.RunState] = {}
 
-    def check_reachable(self, timeout_s: float = reachability.HEALTH_TIMEOUT_S) -> None:
+    def check_reachable(self, timeout_s: float | None = None) -> None:
         """Fail fast unless the tracking server answers (``GET /health`` for HTTP; cached).
 
         MLflow's client retries an unreachable server for minutes; a profiled job should not

@@ -130,12 +130,12 @@ def _check_once(uri: str, timeout_s: float) -> None:
     # databricks, uc, other plugin stores: their own clients decide.
 
 
-def check_reachable(uri: str, timeout_s: float = HEALTH_TIMEOUT_S, *, cached: bool = True) -> None:
+def check_reachable(uri: str, timeout_s: float | None = None, *, cached: bool = True) -> None:
     """Raise ``ConnectionError`` unless the tracking store at ``uri`` answers (cached).
 
     Args:
         uri: the tracking URI.
-        timeout_s: timeout of the check itself (seconds).
+        timeout_s: timeout of the check itself (seconds); default :data:`HEALTH_TIMEOUT_S`.
         cached: ``False`` checks now, ignoring (but updating) the cache.
 
     Raises:
@@ -154,7 +154,7 @@ def check_reachable(uri: str, timeout_s: float = HEALTH_TIMEOUT_S, *, cached: bo
         if state.error is not None and age < state.backoff_s:
             raise ConnectionError(_message(uri, state.error + ", checked recently"))
     try:
-        _check_once(uri, timeout_s)
+        _check_once(uri, HEALTH_TIMEOUT_S if timeout_s is None else timeout_s)
     except ConnectionError as exc:
         backoff = FIRST_BACKOFF_S if state is None or state.error is None else state.backoff_s * 2
         with _lock:
