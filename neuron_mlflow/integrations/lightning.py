@@ -267,7 +267,8 @@ class NeuronProfilerCallback(Callback):
             rank_zero_warn(message, category=NeuronMlflowWarning)
 
     def _batch_start(self, trainer: Trainer, spec: StageHooks) -> None:
-        if spec.stage not in self.stages or trainer.sanity_checking:
+        # (training never runs in the sanity check; trainer.sanity_checking costs ~1 us)
+        if spec.stage not in self.stages or (not spec.optimizer_steps and trainer.sanity_checking):
             return
         windows = self._windows[spec.stage]
         if windows.open_step is None:  # with accumulation, the first micro-batch begins a step
