@@ -25,14 +25,12 @@ Example:
 from __future__ import annotations
 
 import math
-import time
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.errors import ConfigError, NeuronMlflowWarning
+from neuron_mlflow.errors import ConfigError
 from neuron_mlflow.naming import metric_key
 from neuron_mlflow.schedule import Action, action_at, next_window_start, window_at
 
@@ -214,30 +212,16 @@ class StageWindows:
         return metrics
 
     def log_rank_times(self, rows: list[list[float]], group: RankGroup) -> None:
-        """Log :meth:`rank_metrics` to the run (warns, or raises in strict mode, on failure)."""
-        run_id = group.run_id or (self.session.run_id if self.session is not None else None)
+        """Hand :meth:`rank_metrics` to the spool and the background uploader (never logged
+        from the training thread); they follow the window into its run."""
+        session = self.session
         metrics = self.rank_metrics(rows)
-        if run_id is None or not metrics:
+        if session is None or not metrics:
             return
-        try:
-            from mlflow.entities import Metric
-
-            from neuron_mlflow.sinks.mlflow_sink import MlflowSink
-
-            now = int(time.time() * 1000)
-            MlflowSink(group.tracking_uri).client.log_batch(
-                run_id,
-                metrics=[Metric(k, v, now, self.metric_step) for k, v in metrics.items()],
-                synchronous=True,
-            )
-        except Exception as exc:
-            if self.config.strict:
-                raise
-            warnings.warn(
-                f"neuron-mlflow: could not log per-rank metrics ({type(exc).__name__}: {exc})",
-                NeuronMlflowWarning,
-                stacklevel=2,
-            )
+        records = session.records
+        if not records:
+            return
+        session.guard(session.spool_metrics, records[-1], metrics, self.metric_step)
 
     def plan_warning(
         self, stage: str, planned: float | None, start: int, detail: str
@@ -249,8 +233,8 @@ class StageWindows:
             >>> import neuron_mlflow as nm
             >>> config = nm.ProfilerConfig(schedule=nm.Schedule(wait=1, warmup=1, active=5))
             >>> w = StageWindows(config, "profile/train", lambda: None)
-            >>> w.plan_warning("train", 4, 0, "max_steps=4")[:60]
-            "NeuronProfilerCallback: the 'train' schedule (skip_first=0, "
+            >>> w.plan_warning("train", 4, 0, "max_steps=4")[:80]
+            "the 'train' schedule (skip_first=0, wait=1, warmup=1, active=5, repeat=1) needs "
             >>> w.plan_warning("train", 4, 0, "max_steps=4") is None  # once
             True
         """
@@ -266,7 +250,7 @@ class StageWindows:
             return None
         needed = "no window left" if window is None else f"steps up to {window.last}"
         return (
-            f"NeuronProfilerCallback: the {stage!r} schedule (skip_first="
+            f"the {stage!r} schedule (skip_first="
             f"{schedule.skip_first}, wait={schedule.wait}, warmup={schedule.warmup}, "
             f"active={schedule.active}, repeat={schedule.repeat}) needs {needed} to "
             f"complete a window, but the stage plans {int(planned)} steps ({detail}); "

@@ -264,7 +264,7 @@ class NeuronProfilerCallback(Callback):
             planned = sum(planned) if isinstance(planned, list) else planned
         message = windows.plan_warning(spec.stage, planned, windows.next_step, detail)
         if message is not None:
-            rank_zero_warn(message, category=NeuronMlflowWarning)
+            rank_zero_warn(f"NeuronProfilerCallback: {message}", category=NeuronMlflowWarning)
 
     def _batch_start(self, trainer: Trainer, spec: StageHooks) -> None:
         # (training never runs in the sanity check; trainer.sanity_checking costs ~1 us)
