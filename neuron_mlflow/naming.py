@@ -54,7 +54,10 @@ STEP_MARKER_PREFIX = "ProfilerStep"
 CALL_MARKER_PREFIX = "neuron_mlflow: "
 """Prefix of our ``record_function`` ranges: each decorated call, each Lightning training step."""
 TRAIN_STEP_MARKER = CALL_MARKER_PREFIX + "train_step"
-"""The callback's range from ``on_train_batch_start`` to ``on_train_batch_end``."""
+"""The callback's range around each training step (``on_train_batch_start`` to ``_end``)."""
+RECORDED_STEPS_KEY = "neuron_mlflow_recorded_steps"
+"""Trace metadata: the steps a live window recorded (a window cut short holds one more
+``ProfilerStep`` range, torch's open one, than the steps it recorded)."""
 
 
 def _digest(name: str) -> str:

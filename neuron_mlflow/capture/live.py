@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.capture.backends.base import Backend
-from neuron_mlflow.capture.profile_reader import CapturedStats, read_profile
+from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.naming import RECORDED_STEPS_KEY
 from neuron_mlflow.schedule import Window, action_at
 
 if TYPE_CHECKING:
@@ -55,7 +56,9 @@ class LiveWindow:
         calls_marked: each step's own work is inside a call marker (the decorator).
         recorded_steps: steps recorded so far; ``last_recorded`` the last one's number.
         wall_ns: summed wall time of the recorded steps.
-        stats: what the profiler's tables held (filled when torch finishes the window).
+        stats: what a backend read from the profiler itself (none do today: every window is
+            read from its trace, off the training thread).
+        device_busy_pct: the device's busy share, once the window is summarised.
         errors: our failures while finishing the window (kept in the summary).
     """
 
@@ -69,6 +72,7 @@ class LiveWindow:
     last_recorded: int = -1
     wall_ns: int = 0
     stats: CapturedStats | None = None
+    device_busy_pct: float | None = None
     errors: list[str] = field(default_factory=list)
     marker: Any = None
     prof: Any = None
@@ -78,6 +82,11 @@ class LiveWindow:
         self.wall_ns += time.perf_counter_ns() - started_ns
         self.recorded_steps += 1
         self.last_recorded = step
+        if self.prof is not None:  # the trace says how many steps were recorded
+            try:
+                self.prof.add_metadata_json(RECORDED_STEPS_KEY, str(self.recorded_steps))
+            except Exception as exc:  # an old torch: the trace's step ranges count instead
+                self.errors.append(f"tagging the trace failed: {type(exc).__name__}: {exc}")
 
     def _torch_schedule(self, relative_step: int) -> torch.profiler.ProfilerAction:
         import torch.profiler
@@ -88,10 +97,9 @@ class LiveWindow:
         return torch.profiler.ProfilerAction[action_at(self.config.schedule, step).name]
 
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
-        try:
-            self.stats = read_profile(prof, calls_marked=self.calls_marked)
-        except Exception as exc:
-            self.errors.append(f"reading the profile failed: {type(exc).__name__}: {exc}")
+        # Only the export runs here (the training thread): the window is summarised later,
+        # off this thread, from this trace (no key_averages()/events(): torch's event tree
+        # is never built).
         try:
             self.backend.export_trace(prof, self.trace_dir)
         except Exception as exc:

@@ -64,7 +64,7 @@ def buffered_pass(stream: TraceStream) -> Totals:
             cat = event.cat
             if cat in OP_CATEGORIES:
                 if event.name.startswith(STEP_MARKER):
-                    totals.step_marker(cat, event.dur)
+                    totals.step_marker(cat, event.ts, event.dur)
                     continue
                 thread = thread_of(event)
                 thread.starts.append(event.ts)

@@ -52,6 +52,7 @@ class Thread:
 
     __slots__ = (
         "blocks",
+        "candidates",
         "check_at",
         "durs",
         "head",
@@ -63,6 +64,7 @@ class Thread:
         "pending",
         "pid",
         "placed_until",
+        "prev",
         "replayed_to",
         "spill",
         "stack",
@@ -86,6 +88,38 @@ class Thread:
         self.stack: list[tuple[float, int, int]] = []  # (end, name id, state), open ops
         self.placed_until = -math.inf
         self.replayed_to = -math.inf
+        # torch's own tables fold an operator's only child of the same name into it
+        # (``EventList._remove_dup_nodes``: aten::div_ -> aten::div_); so do we. A first
+        # child of the same name waits here, under its parent's entry, until the parent
+        # ends (folded) or has a second child (kept).
+        self.candidates: dict[int, tuple[int, float, int]] = {}
+        self.prev: tuple[float, int, int] | None = None  # the entry replayed last
+
+    def _fold(self, entry: tuple[float, int, int]) -> None:
+        """``entry`` ends: fold its only child of the same name, if it waits."""
+        child = self.candidates.pop(id(entry), None)
+        if child is not None:
+            index, dur, state = child
+            totals = self.totals
+            totals.count[index] -= 1
+            totals.total_cpu[index] -= dur
+            if state == COUNTED:
+                totals.m_count[index] -= 1
+                totals.m_total_cpu[index] -= dur
+
+    def _child(self, parent: tuple[float, int, int], index: int) -> bool:
+        """A new operator ``index`` under ``parent``: True if it may be folded into it."""
+        candidates = self.candidates
+        if candidates and id(parent) in candidates:  # a second child: keep the first
+            del candidates[id(parent)]
+            return False
+        names = self.totals.names
+        return parent is self.prev and parent[1] >= 0 and names[parent[1]] == names[index]
+
+    def end_all(self) -> None:
+        """Close the operators still open at the end of the trace."""
+        while self.stack:
+            self._fold(self.stack.pop())
 
     def spill_tail(self) -> None:
         """Move the log's tail to the spill file (called when it reaches ``BLOCK_OPS``)."""
@@ -126,6 +160,7 @@ class Thread:
         totals, stack = self.totals, self.stack
         count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
         top_level, span_start, span_end = 0, totals.span_start, totals.span_end
+        candidates = self.candidates
         ops = self._ops()
         while True:
             for op in ops:
@@ -134,16 +169,23 @@ class Thread:
                     self.peek = op
                     break
                 while stack and stack[-1][0] <= start:
-                    stack.pop()
+                    popped = stack.pop()
+                    if candidates:
+                        self._fold(popped)
                 count[index] += 1
                 total_cpu[index] += dur
                 self_cpu[index] += dur
+                end = start + dur
+                entry = (end, index, NOT_COUNTED)
                 if stack:
-                    self_cpu[stack[-1][1]] -= dur
+                    parent = stack[-1]
+                    self_cpu[parent[1]] -= dur
+                    if (candidates or parent is self.prev) and self._child(parent, index):
+                        candidates[id(parent)] = (index, dur, NOT_COUNTED)
                 else:
                     top_level += 1
-                end = start + dur
-                stack.append((end, index, NOT_COUNTED))
+                stack.append(entry)
+                self.prev = entry
                 if start < span_start:
                     span_start = start
                 if end > span_end:
@@ -161,6 +203,7 @@ class Thread:
         totals, stack, marks, pid = self.totals, self.stack, self.totals.marks, self.pid
         count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
         m_count, m_self, m_total = totals.m_count, totals.m_self_cpu, totals.m_total_cpu
+        candidates = self.candidates
         top_level = m_top = 0
         ops = self._ops()
         while True:
@@ -170,20 +213,29 @@ class Thread:
                     self.peek = op
                     break
                 while stack and stack[-1][0] <= start:
-                    stack.pop()
+                    popped = stack.pop()
+                    if candidates:
+                        self._fold(popped)
                 if index < 0:  # a marker: not an operator; what runs inside counts
                     if not stack or stack[-1][2] == NOT_COUNTED:  # an outermost marker
                         totals.m_wall_us += dur
                         totals.m_calls += 1
-                    stack.append((start + dur, index, MARKER))
+                    if stack and candidates:
+                        self._child(stack[-1], index)  # a second child of its parent
+                    self.prev = (start + dur, index, MARKER)
+                    stack.append(self.prev)
                     continue
                 count[index] += 1
                 total_cpu[index] += dur
                 self_cpu[index] += dur
+                fold = None
                 if stack:
-                    _, parent, state = stack[-1]
+                    entry = stack[-1]
+                    _, parent, state = entry
                     if parent >= 0:
                         self_cpu[parent] -= dur
+                    if (candidates or entry is self.prev) and self._child(entry, index):
+                        fold = entry
                     if state == COUNTED:
                         m_self[parent] -= dur
                     elif state == MARKER:
@@ -197,7 +249,10 @@ class Thread:
                     m_count[index] += 1
                     m_total[index] += dur
                     m_self[index] += dur
-                stack.append((start + dur, index, state))
+                if fold is not None:
+                    candidates[id(fold)] = (index, dur, state)
+                self.prev = (start + dur, index, state)
+                stack.append(self.prev)
             else:
                 if self._load():
                     ops = self.head
@@ -222,7 +277,7 @@ class Thread:
         for ts, correlation in pending[:ready]:
             self.replay(ts)
             while stack and stack[-1][0] < ts:  # ended before the call
-                stack.pop()
+                self._fold(stack.pop())
             if stack:
                 _, index, state = stack[-1]
                 links.launch(correlation, IN_MARKER if state == MARKER else 2 * index + state)
@@ -234,6 +289,7 @@ class Thread:
         self.check_at = max(2 * LAUNCH_WINDOW, 2 * len(self.pending))
         if final:
             self.replay(math.inf)
+            self.end_all()
 
 
 def add_marker(

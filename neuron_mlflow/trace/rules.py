@@ -13,15 +13,18 @@ CPU operator (``cpu_op``, other        an operator. When the trace holds marked 
 ``user_annotation`` ranges)            those inside one: nested in a marker on its own thread, or
                                        in a call tree (another thread's: autograd, ...) whose
                                        root starts inside a marked range of the same process
+only child of the same name            folded into its parent, as torch's own tables do
+(``aten::div_`` in ``aten::div_``)     (``key_averages()``: one call, the same self time)
 top-level call                         an operator with no parent but markers (a root, when the
                                        trace holds no marked ranges)
 device event (``kernel``,              its time counts once, to the operator whose runtime call
 ``gpu_memcpy``, ``gpu_memset``, ...)   launched it, and only if that operator counts; with marked
                                        ranges, device events launched outside them are left out
                                        (also of the device total and the kernel table)
-steps and wall time                    steps: ``ProfilerStep`` ranges (else the outermost marked
-                                       ranges, else 1); wall: the outermost marked ranges' time,
-                                       else the step ranges', else the operators' span
+steps and wall time                    steps: the outermost marked ranges, else the ``ProfilerStep``
+                                       ranges (no more than the live window recorded: trace
+                                       metadata), else 1; wall: the time of those ranges, else
+                                       the operators' span
 peak memory (``[memory]`` events)      the highest ``Total Allocated`` per device, inside the
                                        marked ranges when there are any
 FLOPs (``with_flops``)                 estimated from each counted operator's input shapes, with

@@ -85,7 +85,7 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     name, start, dur = event.name, event.ts, event.dur
                     marker = name.startswith(MARKERS)
                     if marker and name.startswith(STEP_MARKER):
-                        totals.step_marker(cat, dur)
+                        totals.step_marker(cat, start, dur)
                         continue
                     key = (event.pid, event.tid)
                     thread = threads.get(key)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.errors import OutOfOrder
+from neuron_mlflow.naming import RECORDED_STEPS_KEY
 from neuron_mlflow.summary.ops import OpSummary, RawOp, build_summary
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.streaming import streaming_pass
@@ -115,8 +116,9 @@ def _merged_ops(totals: Totals, view: View) -> list[RawOp]:
     flopped: set[str] = set()
     for i, name in enumerate(totals.names):
         calls = view.count[i]
-        if not calls:
-            continue
+        if not calls and not view.self_cpu[i] and not view.self_device[i]:
+            continue  # a kernel, or nothing counted (an input signature folded away keeps its
+            # self time: torch's tables fold an only child of the same name into its parent)
         row = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0])
         row[0] += calls
         row[1] += view.self_cpu[i]
@@ -150,7 +152,8 @@ def _shapes_cell(signatures: list[tuple[float, str]]) -> str:
 
 def _result(totals: Totals, metadata: dict[str, Any], device_label: str | None) -> TraceResult:
     """The summary and trace facts from a pass's totals (the view the rules say applies)."""
-    view = totals.counted()
+    recorded = metadata.get(RECORDED_STEPS_KEY)
+    view = totals.counted(int(recorded) if str(recorded).isdigit() else None)
     names = totals.names
     kernels = {names[i]: us for i, us in view.kernel_us.items()}
     label = device_label or (sorted(totals.labels)[0] if totals.labels else None)

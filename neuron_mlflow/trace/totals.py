@@ -104,6 +104,7 @@ class Totals:
     shapes: dict[int, str] = field(default_factory=dict)
     flops: dict[int, int] = field(default_factory=dict)
     memory: dict[Any, tuple[array, array, array]] = field(default_factory=dict)
+    step_ranges: list[tuple[float, float]] = field(default_factory=list)
 
     def add_name(self, name: str) -> int:
         """Give ``name`` the next id, with zeroed totals (the caller checked ``ids``)."""
@@ -149,11 +150,12 @@ class Totals:
             self.marker_names.append(name)
         return index
 
-    def step_marker(self, cat: str, dur: float) -> None:
+    def step_marker(self, cat: str, ts: float, dur: float) -> None:
         """A ``ProfilerStep#N`` event: a profiled step when the profiler annotated it."""
         if cat == "user_annotation":
             self.steps += 1
             self.step_us += dur
+            self.step_ranges.append((ts, dur))
 
     def device_event(self, cat: str, name: str, dur: float) -> int:
         """Count one device event of category ``cat`` towards its kernel's total; its id."""
@@ -180,9 +182,16 @@ class Totals:
                     peaks[device] = total
         return {MEMORY_DEVICES.get(d, f"device{d}"): peak for d, peak in sorted(peaks.items())}
 
-    def counted(self) -> View:
-        """The view that applies: *marked* when the trace holds marked ranges, else *all*."""
+    def counted(self, recorded_steps: int | None = None) -> View:
+        """The view that applies: *marked* when the trace holds marked ranges, else *all*.
+
+        Args:
+            recorded_steps: the steps a live window recorded (trace metadata): a window cut
+                short holds one more step range than that (torch's open one).
+        """
         steps = self.steps
+        if recorded_steps is not None and 0 < recorded_steps < steps:
+            steps = recorded_steps
         if self.marks:
             return View(
                 self.m_count,
@@ -193,11 +202,13 @@ class Totals:
                 self.m_top_level,
                 self.m_device_events,
                 self.m_attributed,
-                steps or self.m_calls or 1,
+                self.m_calls or steps or 1,
                 self.m_wall_us,
                 self._peaks(marked=True),
             )
-        wall = self.step_us if steps else max(self.span_end - self.span_start, 0.0)
+        wall = sum(dur for _, dur in sorted(self.step_ranges)[:steps])
+        if not steps:
+            wall = max(self.span_end - self.span_start, 0.0)
         return View(
             self.count,
             self.self_cpu,

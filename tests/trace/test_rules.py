@@ -58,6 +58,30 @@ def _roots(ops: list[dict]) -> list[tuple[dict, list[dict]]]:
     return trees
 
 
+def _folded(ops: list[dict]) -> set[int]:
+    """Operators torch's tables fold into their parent: an only child of the same name."""
+    parent: dict[int, dict] = {}
+    children: Counter = Counter()
+    for key in {(e["pid"], e["tid"]) for e in ops}:
+        stack: list[dict] = []
+        for op in sorted(
+            (e for e in ops if (e["pid"], e["tid"]) == key), key=lambda e: (e["ts"], -e["dur"])
+        ):
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= op["ts"]:
+                stack.pop()
+            if stack:
+                parent[id(op)] = stack[-1]
+                children[id(stack[-1])] += 1
+            stack.append(op)
+    return {
+        id(op)
+        for op in ops
+        if id(op) in parent
+        and parent[id(op)]["name"] == op["name"]
+        and children[id(parent[id(op)])] == 1
+    }
+
+
 def wrap_with_markers(path: Path, out: Path, name: str, every: int = 2) -> tuple[Path, dict]:
     """Wrap alternate runs of the main thread's root operators in a marker range, as the
     decorator (one range per call) or the callback (one per training step) does.
@@ -96,7 +120,8 @@ def wrap_with_markers(path: Path, out: Path, name: str, every: int = 2) -> tuple
         for root, tree in _roots([e for e in ops if (e["pid"], e["tid"]) == key]):
             if key[0] == main[0] and inside(root["ts"]):
                 counted += tree
-    calls = Counter(e["name"] for e in counted)
+    folded = _folded(ops)
+    calls = Counter(e["name"] for e in counted if id(e) not in folded)
     # a runtime call counts when an operator around it counts (the innermost one: any will do)
     spans: dict[tuple, list[tuple[float, float]]] = {}
     for e in counted:

@@ -72,14 +72,18 @@ class Backend(abc.ABC):
     def refine_device_time(
         self, stats: CapturedStats, trace_dir: Path
     ) -> tuple[CapturedStats, str | None]:
-        """Where the window's device time comes from: ``key_averages``, ``trace`` or ``none``
-        (``None`` for a backend without device time). The Neuron backend falls back to the
-        trace's device events here."""
+        """The window read from its own trace (``stats.summary``), and where its device time
+        comes from: ``trace`` or ``none`` (``None`` for a backend without device time).
+
+        The default summarises the trace the backend exported into ``trace_dir`` with the
+        trace engine (off the training thread); the Neuron backend overrides it."""
+        from neuron_mlflow.capture.profile_reader import read_window_trace
+
+        stats = read_window_trace(trace_dir, self.device_label)
         if self.device_label is None:
             return stats, None
-        rows = stats.device_rows or stats.cpu_ops
-        measured = any((row.self_device_us or 0.0) > 0 for row in rows)
-        return stats, "key_averages" if measured else "none"
+        measured = stats.summary is not None and stats.summary.device_time_us is not None
+        return stats, "trace" if measured else "none"
 
     def describe(self) -> dict[str, str]:
         """Facts for run tags: at least ``backend`` and ``device``."""
