@@ -28,6 +28,7 @@ _EXPORTS = {
     "ProfilerConfig": "neuron_mlflow.config",
     "ProfilingSession": "neuron_mlflow.engine.session",
     "Schedule": "neuron_mlflow.config",
+    "comparison_report": "neuron_mlflow.summary.comparison_html",
     "SyncReport": "neuron_mlflow.sinks.mlflow_sink",
     "profile": "neuron_mlflow.integrations.decorator",
     "render_side_by_side": "neuron_mlflow.summary.tables",
@@ -46,6 +47,7 @@ if _TYPE_CHECKING:
     from neuron_mlflow.integrations.decorator import Profiler, profile
     from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
     from neuron_mlflow.sinks.mlflow_sink import SyncReport, sync_pending
+    from neuron_mlflow.summary.comparison_html import comparison_report
     from neuron_mlflow.summary.ops import OpStats, OpSummary
     from neuron_mlflow.summary.tables import render_side_by_side
 
@@ -78,6 +80,7 @@ __all__ = [
     "ProfilingSession",
     "Schedule",
     "SyncReport",
+    "comparison_report",
     "profile",
     "render_side_by_side",
     "sync_pending",

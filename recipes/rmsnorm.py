@@ -8,8 +8,9 @@ on the same input, configuration and schedule:
 - ``compiled``: the naive function under ``torch.compile(fullgraph=True)`` (the Neuron
   backend for torch.compile on Trainium, the default backend elsewhere).
 
-The parent run gets ``comparison.md`` and the headline metrics per variant; the table is
-printed at the end. Run it with::
+The parent run gets ``comparison.md`` (the seed's side-by-side table, then the changes
+against the first variant), ``comparison.html`` (the same as a picture) and the headline
+metrics per variant; the table is printed at the end. Run it with::
 
     python recipes/rmsnorm.py --rows 64 --hidden 256 --variants naive,rms_norm
 """
@@ -91,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     if "MLFLOW_RUN_ID" not in os.environ:  # under `mlflow run`, its run and experiment
         mlflow.set_experiment(args.experiment)
     summaries: dict[str, nm.OpSummary] = {}
+    runs: dict[str, tuple[str, nm.OpSummary]] = {}
     with mlflow.start_run(run_name="rmsnorm") as parent:
         mlflow.log_params({k: getattr(args, k) for k in ("rows", "hidden", "dtype", "backend")})
         for variant in args.variants:
-            with mlflow.start_run(run_name=variant, nested=True):
+            with mlflow.start_run(run_name=variant, nested=True) as child:
                 profiled = nm.profile(config=config)(variant_fn(variant, device))
                 for _ in range(args.warmup + args.active):
                     profiled(x, w)
@@ -103,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{variant}: no window was captured", file=sys.stderr)
                     return 1
                 summaries[variant] = summary
+                runs[variant] = (child.info.run_id, summary)
         table = nm.render_side_by_side(summaries)
-        mlflow.log_text(table, "comparison.md")
+        markdown, page = nm.comparison_report(runs, title="RMSNorm variants")
+        mlflow.log_text(markdown, "comparison.md")
+        mlflow.log_text(page, "comparison.html")
         for variant, s in summaries.items():
             values = {"cpu_time_us": s.cpu_time_us, "op_calls": s.op_calls}
             values["wall_time_us"] = s.wall_time_us

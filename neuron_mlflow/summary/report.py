@@ -149,11 +149,14 @@ def _steps(steps: list[Mapping[str, Any]]) -> str:
     if not steps:
         return '<p class="muted">The trace has no ProfilerStep markers.</p>'
     top = max(max(st["wall_us"], st.get("device_us") or 0.0) for st in steps) or 1.0
-    out = [
-        '<div class="legend"><span style="--c:#2167d1">wall time</span>'
-        '<span style="--c:#e07b00">device time</span>'
-        '<span style="--c:#1a7f37">device busy share</span></div><div class="steps" id="nm-steps">'
-    ]
+    device = any(st.get("device_us") is not None for st in steps)
+    legend = '<span style="--c:#2167d1">wall time</span>'
+    if device:
+        legend += (
+            '<span style="--c:#e07b00">device time</span>'
+            '<span style="--c:#1a7f37">device busy share</span>'
+        )
+    out = [f'<div class="legend">{legend}</div><div class="steps" id="nm-steps">']
     for st in steps:
         bars = [("", st["wall_us"] / top, format_us(st["wall_us"]))]
         if st.get("device_us") is not None:

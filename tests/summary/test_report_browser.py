@@ -28,6 +28,8 @@ from tests.summary.browser import Console, launch
 
 EXPERIMENT = "rmsnorm-report"
 VARIANTS = ("naive", "rms_norm", "compiled")
+UPDATE_SCREENSHOTS = os.environ.get("NEURON_MLFLOW_UPDATE_SCREENSHOTS") == "1"  # read before
+# the autouse fixture clears NEURON_MLFLOW_* for each test
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +93,7 @@ def _screenshot(page: Any, name: str, tmp: Path) -> None:
     page.wait_for_timeout(300)
     target = tmp / name
     page.screenshot(path=str(target))
-    if os.environ.get("NEURON_MLFLOW_UPDATE_SCREENSHOTS") == "1":
+    if UPDATE_SCREENSHOTS:
         shutil.copy(target, ROOT / "docs" / name)
 
 
