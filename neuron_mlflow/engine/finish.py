@@ -42,6 +42,7 @@ from neuron_mlflow.engine.upload import RunTarget, upload_window
 from neuron_mlflow.engine.window import WindowSpec, spool_window, write_summary
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.naming import param_key
+from neuron_mlflow.sinks.mlflow_sink import JOB_TAG
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary, build_summary
 
@@ -65,6 +66,8 @@ class FinishJob:
         upload: upload after spooling.
         target: which run; ``active_run`` the run active when the window ended.
         record: the spooled window (set by :func:`spool_live`); ``spec`` what it is made of.
+        job_id: the job's id (decided once by rank 0), so that every rank's windows of an
+            offline job sync into one run.
     """
 
     capture: LiveWindow
@@ -83,6 +86,7 @@ class FinishJob:
     active_run: str | None = None
     record: WindowRecord | None = None
     spec: WindowSpec | None = None
+    job_id: str | None = None
 
 
 @dataclass
@@ -180,6 +184,7 @@ def spool_live(job: FinishJob) -> None:
     errors = [*capture.errors, *([job.error] if job.error else [])]
     job.spec = WindowSpec(
         strict=config.strict,
+        run_id=(job.target or RunTarget()).known_run(job.active_run),
         prefix=job.prefix,
         index=capture.window.index,
         first=capture.window.first,
@@ -200,6 +205,7 @@ def spool_live(job: FinishJob) -> None:
         error="; ".join(errors) or None,
         manifest={
             "traces_only": job.traces_only,
+            "job_id": job.job_id,  # every rank's windows of one job sync into one run
             "experiment_name": config.experiment_name,
             "run_name": config.run_name,
             "upload_traces": config.upload_traces,
@@ -298,5 +304,7 @@ def finish_window(
     if job.upload:
         target = job.target or RunTarget()
         tags = environment_tags(capture.backend.describe(), job.rank, job.world_size)
+        if job.job_id:
+            tags[JOB_TAG] = job.job_id  # sync finds this run for the job's other ranks
         run_id = upload_window(record, target, config, tags, job.active_run)
     return FinishResult(record, summary, run_id)

@@ -42,12 +42,14 @@ from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.environment import rank_and_world_size
 from neuron_mlflow.engine.finish import FinishJob, Results, finish_window, spool_live
 from neuron_mlflow.engine.guard import guarded
+from neuron_mlflow.engine.rank_metrics import spool_rank_metrics
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
-from neuron_mlflow.engine.upload import RunTarget
+from neuron_mlflow.engine.upload import RunTarget, upload_window
 from neuron_mlflow.engine.worker import worker
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.naming import trace_folder
 from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping, window_at
+from neuron_mlflow.sinks.mlflow_sink import JOB_TAG
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary
 
@@ -75,6 +77,8 @@ class ProfilingSession:
         traces_only: upload only the trace folder (for ranks other than 0, whose metrics,
             summaries, params and tags rank 0 logs).
         follow_active_run: ``False`` ignores an active MLflow run (``run_id`` decides).
+        job_id: the job's id, decided once by rank 0 and shared by every rank: written into
+            every window's manifest so that an offline job's ranks sync into one run.
         system_metrics: start the ``neuron-monitor`` sampler with the session when
             ``neuron.system_metrics`` asks for it (the Lightning callback runs its own).
 
@@ -98,6 +102,7 @@ class ProfilingSession:
         skip_windows: set[int] | None = None,
         traces_only: bool = False,
         follow_active_run: bool = True,
+        job_id: str | None = None,
         system_metrics: bool = True,
     ) -> None:
         self.config = config
@@ -110,6 +115,7 @@ class ProfilingSession:
         self._metric_step = metric_step
         self.skip_windows = skip_windows if skip_windows is not None else set()
         self._traces_only = traces_only
+        self.job_id = job_id
         self._spool = Spool(Path(config.local_dir).absolute())
         self._session_dir: Path | None = None
         self._capture: LiveWindow | None = None
@@ -358,6 +364,7 @@ class ProfilingSession:
             world_size=world_size,
             metric_step=None if self._metric_step is None else self._metric_step(),
             traces_only=self._traces_only,
+            job_id=self.job_id,
             upload=self.upload_enabled and status != "incomplete",
             target=self.target,
             active_run=self.target.active_run(),
@@ -386,6 +393,25 @@ class ProfilingSession:
             ),
             summarised,
         )
+
+    def spool_metrics(
+        self, window: WindowRecord, metrics: dict[str, float], metric_step: int
+    ) -> Future[str | None] | None:
+        """Spool more metrics of ``window`` (e.g. per-rank times) and hand them to the
+        uploader, which sends them after the window (never on this thread)."""
+        if not metrics or self._session_dir is None:
+            return None
+        record = spool_rank_metrics(
+            self._spool, self._session_dir, window.artifact_path, metrics, metric_step,
+            self.config, self.target.known_run(), self.job_id,
+        )  # fmt: skip
+        if not self.upload_enabled:
+            return None
+        tags = {JOB_TAG: self.job_id} if self.job_id else {}
+        return worker().submit(
+            upload_window, record, self.target, self.config, tags, None,
+            folder=str(self._spool.root), timeout_s=self.config.upload_timeout_s,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.guard import guarded
 from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
 from neuron_mlflow.engine.stages import RankGroup, StageWindows, check_ranks
@@ -130,6 +132,8 @@ class NeuronProfilerCallback(Callback):
         self._run: tuple[str | None, str | None] | None = None
         self._trainer: Trainer | None = None
         self._group = RankGroup()
+        self._off = False  # a failure of ours turned profiling off for this callback
+        self._job_id: str | None = None
         self._windows = {stage: self._stage_windows(stage) for stage in STAGES}
         self._optimizer_steps = 0
 
@@ -168,7 +172,8 @@ class NeuronProfilerCallback(Callback):
         """Per-rank values meet through the strategy's ``all_gather``; rank 0 logs them."""
 
         def gather(row: list[float]) -> list[list[float]]:
-            values = torch.tensor(row, dtype=torch.float64)
+            # on the strategy's root device: NCCL rejects CPU tensors
+            values = torch.tensor(row, dtype=torch.float64, device=trainer.strategy.root_device)
             gathered = trainer.strategy.all_gather(values).reshape(-1, len(row))
             rows: list[list[float]] = gathered.tolist()
             return rows
@@ -179,7 +184,7 @@ class NeuronProfilerCallback(Callback):
     def _session(self, stage: str) -> ProfilingSession | None:
         """The stage's session on a rank that captures (made on its first window step)."""
         trainer = self._trainer
-        if trainer is None or stage not in self.stages:
+        if trainer is None or stage not in self.stages or self._off:
             return None
         if self.ranks is not None and trainer.global_rank not in self.ranks:
             return None
@@ -197,13 +202,34 @@ class NeuronProfilerCallback(Callback):
             skip_windows=windows.done,
             traces_only=not rank0,
             follow_active_run=False,
+            job_id=self._job_id,
             system_metrics=False,
         )
+
+    # -- the guard ----------------------------------------------------------------------
+
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a hook's body in the guard (:mod:`neuron_mlflow.engine.guard`): a failure of
+        ours is one report and turns profiling off for this callback; training goes on."""
+        return guarded(self.config.strict, fn, *args, on_failure=self._turn_off)
+
+    def _turn_off(self, exc: BaseException | None = None) -> None:
+        self._off = True
+        for windows in self._windows.values():
+            if windows.session is not None:
+                windows.session._turn_off(exc)
 
     # -- Lightning hooks: run and ranks -------------------------------------------------
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._trainer = trainer
+        self._guard(self._setup, trainer)
+
+    def _setup(self, trainer: Trainer) -> None:
+        if self._job_id is None:  # decided once by rank 0: one run per job, even offline
+            self._job_id = trainer.strategy.broadcast(
+                uuid.uuid4().hex if trainer.is_global_zero else None, src=0
+            )
         if self._run is None:
             payload = self._resolve_run(trainer) if trainer.is_global_zero else None
             self._run = trainer.strategy.broadcast(payload, src=0)
@@ -225,11 +251,11 @@ class NeuronProfilerCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
     ) -> None:
         for windows in self._windows.values():
-            windows.abort(exception)  # never raises; keeps the capture (incomplete)
+            self._guard(windows.abort, exception)  # keeps the capture (incomplete)
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         for windows in self._windows.values():
-            windows.close()
+            self._guard(windows.close)  # waits at most upload_timeout_s for the uploads
         if self._system is not None:
             system, self._system = self._system, None
             system.stop()
@@ -297,22 +323,22 @@ def _bind(spec: StageHooks) -> None:
     """Give :class:`NeuronProfilerCallback` the four Lightning hooks of ``spec``'s stage."""
 
     def start(self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any) -> None:
-        self._stage_start(trainer, spec)
+        self._guard(self._stage_start, trainer, spec)
 
     def batch_start(
         self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any, batch: Any,
         batch_idx: int, dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._batch_start(trainer, spec)
+        self._guard(self._batch_start, trainer, spec)
 
     def batch_end(
         self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any, outputs: Any,
         batch: Any, batch_idx: int, dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._batch_end(trainer, spec, batch_idx)
+        self._guard(self._batch_end, trainer, spec, batch_idx)
 
     def end(self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any) -> None:
-        self._stage_end(trainer, spec)
+        self._guard(self._stage_end, trainer, spec)
 
     hooks: dict[str, Callable[..., None]] = {
         spec.start: start, spec.batch_start: batch_start,
