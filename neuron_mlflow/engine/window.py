@@ -62,6 +62,7 @@ class WindowSpec:
         error: what went wrong, if anything (kept in the manifest).
         manifest: more manifest fields (experiment and run names, traces_only, ...).
         strict: a failure to write ``report.html`` raises (else it is a warning).
+        run_id: the run the window goes to, when known before the upload (report header).
     """
 
     prefix: str
@@ -83,6 +84,7 @@ class WindowSpec:
     error: str | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     strict: bool = False
+    run_id: str | None = None
 
     @property
     def artifact_path(self) -> str:
@@ -155,7 +157,8 @@ def write_summary(record: WindowRecord, spec: WindowSpec) -> WindowRecord:
     summary = spec.summary.with_partial(spec.partial)
     write_summary_files(record.artifacts_dir, summary, title, document)
     # report.html (the timeline from the window's trace): never fails the window
-    guarded(spec.strict, write_window_report, record.artifacts_dir, summary, record.manifest)
+    report = (record.artifacts_dir, summary, record.manifest, spec.run_id)
+    guarded(spec.strict, write_window_report, *report)
     record.update(metrics=window_metrics_of(spec), summarised=True, status=spec.status)
     return record
 

@@ -60,12 +60,12 @@ def window_trace(artifacts_dir: Path) -> Path | None:
     return min(found, key=order) if found else None
 
 
-def report_header(manifest: dict[str, Any], versions: dict[str, str] | None = None) -> dict:
+def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict:
     """The report's header from a window's manifest: backend, device, window, ids, versions.
 
     Args:
         manifest: the window's manifest (``tags``, ``window``, ``artifact_path``, ``run_id``).
-        versions: more ``label -> version`` entries.
+        run_id: the run the window goes to, when known before the upload.
     """
     tags = manifest.get("tags") or {}
     window = manifest.get("window") or {}
@@ -73,11 +73,10 @@ def report_header(manifest: dict[str, Any], versions: dict[str, str] | None = No
     if "first" in window:
         header["window"] = f"steps {window['first']}-{window.get('last', window['first'])}"
     header["window id"] = manifest.get("artifact_path")
-    header["run"] = manifest.get("run_id") or manifest.get("run_name")
+    header["run"] = run_id or manifest.get("run_id") or manifest.get("run_name")
     header.update({k: tags.get(tag) for k, tag in _TAGS[2:]})
     header["neuron-mlflow"] = tags.get("neuron_mlflow.version")
     header["torch"] = tags.get("neuron_mlflow.torch_version")
-    header.update(versions or {})
     return {k: v for k, v in header.items() if v not in (None, "")}
 
 
@@ -85,6 +84,7 @@ def write_window_report(
     artifacts_dir: Path,
     summary: OpSummary,
     manifest: dict[str, Any],
+    run_id: str | None = None,
     trace: Path | None = None,
     budget_bytes: int = BUDGET_BYTES,
     max_events: int = MAX_EVENTS,
@@ -95,6 +95,7 @@ def write_window_report(
         artifacts_dir: the window's artifact folder (with ``traces/``).
         summary: the window's summary.
         manifest: the window's manifest (for the header).
+        run_id: the run the window goes to, when known (for the header).
         trace: the trace to draw (default: :func:`window_trace`).
         budget_bytes: the report's size budget.
         max_events: bars the timeline keeps at most.
@@ -110,4 +111,4 @@ def write_window_report(
         except (TraceFormatError, OSError, EOFError) as exc:
             logger.info("report.html without a timeline: %s", exc)
     target = artifacts_dir / REPORT_FILE
-    return write_report(target, summary, report_header(manifest), timeline, budget_bytes)
+    return write_report(target, summary, report_header(manifest, run_id), timeline, budget_bytes)

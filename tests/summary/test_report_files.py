@@ -6,6 +6,7 @@ import json
 import warnings
 from pathlib import Path
 
+import mlflow
 import pytest
 from mlflow import MlflowClient
 
@@ -27,15 +28,16 @@ def _data(page: str) -> dict:
 
 def test_live_window_gets_a_report_with_its_timeline(tmp_path: Path) -> None:
     x, w = inputs()
-    profiled = nm.profile(
-        backend="cpu",
-        name="naive",
-        experiment_name="report-live",
-        schedule=nm.Schedule(warmup=1, active=3),
-    )(rmsnorm_naive)
-    for _ in range(4):
-        profiled(x, w)
-    run_id = profiled.profiler.run_id
+    mlflow.set_experiment("report-live")
+    with mlflow.start_run() as run:  # the run is known when the report is written
+        profiled = nm.profile(
+            backend="cpu", name="naive", schedule=nm.Schedule(warmup=1, active=3)
+        )(rmsnorm_naive)
+        for _ in range(4):
+            profiled(x, w)
+        profiled.profiler.session.wait(60)
+    run_id = run.info.run_id
+    assert profiled.profiler.run_id == run_id
     folder = "profile/naive/step_000001-000003"
     assert f"{folder}/report.html" in artifact_files(run_id)
     local = Path(MlflowClient().download_artifacts(run_id, f"{folder}/report.html", str(tmp_path)))
@@ -47,7 +49,7 @@ def test_live_window_gets_a_report_with_its_timeline(tmp_path: Path) -> None:
     assert len(data["steps"]) == 3  # one ProfilerStep per profiled call
     for label in ("backend", "window", "window id", "torch", "neuron-mlflow"):
         assert f"<b>{label}</b>" in page
-    assert "steps 1-3" in page and folder in page
+    assert "steps 1-3" in page and folder in page and f"<b>run</b>{run_id}" in page
 
 
 def test_ingested_window_gets_a_report(tmp_path: Path) -> None:
