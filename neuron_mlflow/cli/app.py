@@ -34,6 +34,7 @@ EXIT_USAGE = 2
 def _summarize(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from neuron_mlflow.summary.names import display_names
     from neuron_mlflow.summary.tables import render_markdown
     from neuron_mlflow.trace.reader import TraceFormatError
     from neuron_mlflow.trace.summarize import summarize_trace
@@ -61,9 +62,10 @@ def _summarize(args: argparse.Namespace) -> int:
         if busy is not None:
             print(f"- Device busy: {busy:.1f} % of the device span")
         top = sorted(result.kernels.items(), key=lambda kv: -kv[1])[:5]
+        shown = display_names(name for name, _ in top)
         print(
             "- Top device kernels (window total): "
-            + "; ".join(f"{name} {us:.1f} us" for name, us in top)
+            + "; ".join(f"{shown[name]} {us:.1f} us" for name, us in top)
         )
     return EXIT_OK
 

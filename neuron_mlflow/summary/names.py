@@ -12,7 +12,7 @@ Demangled C++ kernel names run to thousands of characters. :func:`short_name` fo
 4. then the namespaces in front of the identifier go;
 5. last, the identifier is cut at a ``_`` boundary and ends in ``...``.
 
-A long name that is not a C++ template (a Python class, say) keeps its start and its end.
+A long name that is not C++ (a Python class, say) keeps its start and its end.
 
 Full names stay in ``summary.csv``/``ops.csv``, ``summary.json`` and the report's tooltips.
 
@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 MAX_CHARS = 60
 """Names up to this many characters are shown unchanged."""
-_CXX_TEMPLATE = re.compile(r"[A-Za-z0-9_]<")
+_CXX = re.compile(r"[A-Za-z0-9_][<(]")  # a template argument list or an argument list
 SLACK_CHARS = 20
 """How far over ``MAX_CHARS`` a name may stay to keep its first template arguments."""
 
@@ -110,7 +110,7 @@ def short_name(name: str, max_chars: int = MAX_CHARS) -> str:
     if len(name) <= max_chars:
         return name
     bare = name[5:] if name.startswith("void ") else name
-    if not _CXX_TEMPLATE.search(bare):  # not C++: keep the start and the end
+    if bare.startswith("<") or not _CXX.search(bare):  # not C++: keep the start and the end
         if len(bare) <= max_chars + SLACK_CHARS:
             return bare
         half = (max_chars - 3) // 2

@@ -58,3 +58,8 @@ def test_summary_md_shows_short_names_and_csv_keeps_full_names() -> None:
     assert long not in markdown and "vectorized_elementwise_kernel<4, at::native::" in markdown
     assert long in render_csv(s, {long: "k"})
     assert long in json.dumps(s.to_dict())
+
+
+def test_cxx_function_without_templates_loses_its_argument_list() -> None:
+    name = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
+    assert short_name(name) == "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"
