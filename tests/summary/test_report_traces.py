@@ -81,3 +81,40 @@ def test_over_budget_keeps_the_longest_bars_and_says_how_many_it_left_out(browse
     assert f"{data['left_out']:,} shorter ones left out" in note
     assert console.from_reports() == []
     page.close()
+
+
+def test_hover_shows_shapes_and_the_launching_operator_click_selects(browser) -> None:
+    path = next(p for p in TRACES if p.name.startswith("rocm_mi250"))
+    text, timeline, _ = _report(path)
+    ev, names, shapes = timeline["events"], timeline["names"], timeline["shapes"]
+    shaped = max(
+        (i for i in range(len(ev["dur_us"])) if ev["kind"][i] == 0 and ev["shape"][i] >= 0),
+        key=lambda i: ev["dur_us"][i],
+    )
+    kernel = max(
+        (i for i in range(len(ev["dur_us"])) if ev["kind"][i] == 1 and ev["launcher"][i] >= 0),
+        key=lambda i: ev["dur_us"][i],
+    )
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    console = Console(page)
+    frame = sandboxed(page, text)
+    frame.wait_for_function("window.nmReport && window.nmReport.ready")
+    canvas = frame.locator("#nm-canvas")
+
+    def hover(name: str) -> str:
+        spot = frame.evaluate("name => window.nmReport.locate(name)", name)
+        canvas.hover(position={"x": spot["x"], "y": spot["y"]})
+        frame.wait_for_selector("#nm-tip", state="visible")
+        return frame.text_content("#nm-tip")
+
+    tip = hover(names[ev["name"][shaped]])
+    assert f"input shapes: {shapes[ev['shape'][shaped]]}" in tip and "self time" in tip
+    tip = hover(names[ev["name"][kernel]])
+    assert f"launched by {names[ev['launcher'][kernel]]}" in tip and "(device)" in tip
+    launcher = names[ev["launcher"][kernel]]
+    frame.locator(f'.op-row[data-name="{launcher}"] .name').click()  # select from the table
+    selection = frame.text_content("#nm-selection")
+    assert selection.startswith(f"Selected {launcher}: ") and "device event(s)" in selection
+    assert frame.locator(".op-row.selected").count() == 1
+    assert console.from_reports() == []
+    page.close()
