@@ -32,4 +32,9 @@ def test_two_ranks_log_into_one_run(tracking_uri, tmp_path) -> None:
     assert metric_history(run_id, "profile/train/steps") == [(4, 2.0)]
     # both ranks spooled their window under the same local folder, apart by host and pid
     spooled = sorted((tmp_path / "spool").rglob("manifest.json"))
-    assert len(spooled) == 2
+    windows = [p for p in spooled if p.parent.name != "ranks"]
+    assert len(windows) == 2
+    # rank 0's per-rank times went through its spool too (a record next to its window)
+    assert [p.parent.parent.name for p in spooled if p.parent.name == "ranks"] == [
+        "step_000002-000003"
+    ]
