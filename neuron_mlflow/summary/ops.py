@@ -192,7 +192,9 @@ def build_summary(
                 cpu_pct=_share(op.self_cpu_us, cpu_total),
                 self_device_us=(op.self_device_us or 0.0) / steps if has_device else None,
                 device_total_us=(op.device_total_us or 0.0) / steps if has_device else None,
-                device_pct=_share(op.self_device_us or 0.0, device_total or 0.0) if has_device else None,
+                device_pct=(
+                    None if device_total is None else _share(op.self_device_us or 0.0, device_total)
+                ),
                 input_shapes=op.input_shapes,
                 flops=op.flops / steps if op.flops is not None else None,
             )

@@ -153,7 +153,7 @@ def _shapes_cell(signatures: list[tuple[float, str]]) -> str:
 def _result(totals: Totals, metadata: dict[str, Any], device_label: str | None) -> TraceResult:
     """The summary and trace facts from a pass's totals (the view the rules say applies)."""
     recorded = metadata.get(RECORDED_STEPS_KEY)
-    view = totals.counted(int(recorded) if str(recorded).isdigit() else None)
+    view = totals.counted(int(str(recorded)) if str(recorded).isdigit() else None)
     names = totals.names
     kernels = {names[i]: us for i, us in view.kernel_us.items()}
     label = device_label or (sorted(totals.labels)[0] if totals.labels else None)

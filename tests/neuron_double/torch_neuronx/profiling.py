@@ -69,10 +69,10 @@ def _launchers(ops: list[tuple[object, str, object, float, float]]) -> list[int]
     wrappers = set()
     for i, (thread, name, _, start, end) in enumerate(ops):
         for j, (t2, n2, _, s2, e2) in enumerate(ops):
-            if j != i and t2 == thread and n2 == name and start <= s2 and e2 <= end:
-                if (s2, e2) != (start, end) or j > i:
-                    wrappers.add(i)
-                    break
+            inside = j != i and t2 == thread and n2 == name and start <= s2 and e2 <= end
+            if inside and ((s2, e2) != (start, end) or j > i):
+                wrappers.add(i)
+                break
     return [i for i in range(len(ops)) if i not in wrappers]
 
 
@@ -100,8 +100,9 @@ def _add_device_events(trace: dict, us_per_op: float) -> None:
         if e.get("ph") == "X" and str(e.get("name", "")).startswith("neuron_mlflow: ")
     ]
     ops = [
-        ((e["pid"], e["tid"]), e["name"], e, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        ((e["pid"], e["tid"]), e["name"], e, ts, ts + float(e.get("dur", 0)))
         for e in cpu
+        for ts in (float(e["ts"]),)
     ]
     extra, ledger = [], []
     correlation = 10_000
