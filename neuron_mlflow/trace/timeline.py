@@ -221,7 +221,11 @@ def build_timeline(path: str | Path, max_events: int = MAX_EVENTS) -> Timeline:
             events["shape"].append(-1)
             events["launcher"].append(ops.name[op] if op >= 0 else -1)
             events["parent"].append(position.get((OP, op), -1) if op >= 0 else -1)
-    lanes = sorted(p.lanes.items(), key=lambda kv: (kv[0][0] != "cpu", kv[1]))
+    # CPU lanes first, each process's main thread (tid == pid) first; then device lanes
+    lanes = sorted(
+        p.lanes.items(),
+        key=lambda kv: (kv[0][0] != "cpu", kv[0][0] == "cpu" and kv[0][1] != kv[0][2], kv[1]),
+    )
     renumber = {index: new for new, (_, index) in enumerate(lanes)}
     events["lane"] = [renumber[lane] for lane in events["lane"]]
     steps = _steps(p, launch_ts)

@@ -64,7 +64,7 @@ def test_ingested_window_gets_a_report(tmp_path: Path) -> None:
     (report,) = [f for f in files if f.endswith("/report.html")]
     page = Path(client.download_artifacts(run.info.run_id, report, str(tmp_path))).read_text()
     lanes = [lane["name"] for lane in _data(page)["timeline"]["lanes"]]
-    assert lanes[:2] == ["CPU thread 23695 (python3.8)", "CPU thread 4037 (python3.8)"]
+    assert lanes[:2] == ["CPU thread 4037 (python3.8)", "CPU thread 23695 (python3.8)"]
     assert "GPU 0 stream 7" in lanes
 
 
