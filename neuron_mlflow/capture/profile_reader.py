@@ -10,18 +10,24 @@ Example:
     >>> import tempfile, torch
     >>> from pathlib import Path
     >>> from torch.profiler import ProfilerActivity, profile, record_function
-    >>> folder = Path(tempfile.mkdtemp())
+    >>> folder, x = Path(tempfile.mkdtemp()), torch.ones(4)
     >>> with profile(activities=[ProfilerActivity.CPU]) as prof:
+    ...     _ = torch.zeros(2)  # outside the marked call: left out
     ...     with record_function(CALL_MARKER_PREFIX + "double"):
-    ...         _ = torch.ones(4) * 2
+    ...         _ = x.mul(x)
     >>> prof.export_chrome_trace(str(folder / "w.pt.trace.json"))
     >>> stats = read_window_trace(folder, device_label=None)
     >>> [op.name for op in stats.summary.ops], stats.summary.op_calls
     (['aten::mul'], 1.0)
+    >>> [p.name for p in folder.iterdir()]  # compressed for the upload
+    ['w.pt.trace.json.gz']
 """
 
 from __future__ import annotations
 
+import gzip
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +38,7 @@ __all__ = [
     "CALL_MARKER_PREFIX",
     "STEP_MARKER_PREFIX",
     "CapturedStats",
+    "compress_trace",
     "read_window_trace",
     "window_trace",
 ]
@@ -77,12 +84,34 @@ def window_trace(trace_dir: Path) -> Path | None:
     return max(found, key=lambda p: (p.name.endswith(TRACE_SUFFIXES[:2]), p.stat().st_mtime_ns))
 
 
-def read_window_trace(trace_dir: Path, device_label: str | None) -> CapturedStats:
+def compress_trace(path: Path) -> Path:
+    """Replace ``path`` (a ``.json`` trace) by ``<path>.gz``; return the new path.
+
+    Example:
+        >>> import tempfile
+        >>> plain = Path(tempfile.mkdtemp()) / "t.pt.trace.json"
+        >>> _ = plain.write_text('{"traceEvents": []}')
+        >>> compress_trace(plain).name, plain.exists()
+        ('t.pt.trace.json.gz', False)
+    """
+    target = path.with_name(path.name + ".gz")
+    partial = target.with_name(target.name + ".part")
+    with path.open("rb") as source, gzip.open(partial, "wb", compresslevel=6) as sink:
+        shutil.copyfileobj(source, sink, 1 << 20)
+    os.replace(partial, target)
+    path.unlink()
+    return target
+
+
+def read_window_trace(
+    trace_dir: Path, device_label: str | None, compress: bool = True
+) -> CapturedStats:
     """Summarise the window whose trace is in ``trace_dir`` with the trace engine.
 
     Args:
         trace_dir: the folder the backend exported the window's trace into.
         device_label: the backend's device label (``CUDA``...), ``None`` for CPU only.
+        compress: then gzip an uncompressed trace in place (it is uploaded next).
 
     Returns:
         The stats with ``summary`` set; an empty summary if the folder holds no trace.
@@ -97,6 +126,8 @@ def read_window_trace(trace_dir: Path, device_label: str | None) -> CapturedStat
     if path is None:
         return CapturedStats(summary=build_summary([], 0, 1, 0.0, device_label))
     result = summarize_trace(path, device_label)
+    if compress and path.suffix == ".json":
+        compress_trace(path)
     return CapturedStats(
         summary=result.summary,
         device_busy_pct=result.device_busy_pct if result.device_events else None,

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from importlib import metadata
@@ -15,6 +16,7 @@ from importlib import metadata
 TAG_PREFIX = "neuron_mlflow."
 
 
+@functools.cache  # read once: a metadata lookup scans site-packages (ms, at every window end)
 def package_version() -> str:
     """The installed neuron-mlflow version (``0+unknown`` when run from a bare checkout).
 

@@ -131,8 +131,12 @@ class StageWindows:
         if quiet:
             self.quiet_until = self._first_start(0)
 
-    def begin(self, step: int) -> None:
-        """Step ``step`` begins (fast when it cannot touch a window)."""
+    def begin(self, step: int, call_name: str | None = None) -> None:
+        """Step ``step`` begins (fast when it cannot touch a window).
+
+        ``call_name`` marks the step's own work (``neuron_mlflow: <call_name>``, until
+        :meth:`end`), so that a window counts only what runs inside its steps.
+        """
         self.open_step = step
         if step < self.quiet_until:
             return
@@ -140,7 +144,7 @@ class StageWindows:
             self.session = self._open_session()
         if self.session is not None:
             self.session.seek(step)
-            self.session.begin_step()
+            self.session.begin_step(call_name)
 
     def end(self, metric_step: int, group: RankGroup) -> None:
         """The open step ends; a window it completes is gathered and logged."""

@@ -298,13 +298,18 @@ class NeuronProfilerCallback(Callback):
             return
         windows = self._windows[spec.stage]
         if windows.open_step is None:  # with accumulation, the first micro-batch begins a step
-            windows.begin(windows.next_step)
+            # marked until the step ends (neuron_mlflow: train_step): validation, checkpoints
+            # and the loop's own work between steps are not summarised as the stage's steps
+            windows.begin(windows.next_step, f"{spec.stage}_step")
 
     def _batch_end(self, trainer: Trainer, spec: StageHooks, batch_idx: int) -> None:
         windows = self._windows[spec.stage]
         if spec.optimizer_steps:
             if self._optimizer_steps:  # the optimizer stepped: this batch ends a train step
-                windows.next_step += self._optimizer_steps  # = trainer.global_step
+                if trainer.lightning_module.automatic_optimization:
+                    windows.next_step += self._optimizer_steps  # = trainer.global_step
+                else:  # manual: one step per batch, however many optimizers stepped in it
+                    windows.next_step += 1  # (global_step counts each optimizer's step)
                 self._optimizer_steps = 0
                 windows.end(windows.next_step, self._group)
         elif windows.open_step is not None:  # begun (so a chosen stage, not a sanity check)

@@ -14,6 +14,8 @@ Example:
 from __future__ import annotations
 
 import abc
+import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -59,12 +61,17 @@ class Backend(abc.ABC):
     def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
         """Write the window's trace into ``output_dir`` (the ``on_trace_ready`` work).
 
-        The default is torch's own Chrome-trace export, gzip-compressed, named
-        ``<host>_<pid>.<ns>.pt.trace.json.gz`` by ``torch.profiler.tensorboard_trace_handler``.
+        The default is torch's own Chrome-trace export, named like
+        ``torch.profiler.tensorboard_trace_handler`` names it
+        (``<host>_<pid>.<ns>.pt.trace.json``). It is written uncompressed: this runs on the
+        training thread, and torch's gzip export writes line by line (several times slower);
+        the worker compresses it (:func:`~neuron_mlflow.capture.profile_reader.read_window_trace`).
         """
-        import torch.profiler
+        import socket
 
-        torch.profiler.tensorboard_trace_handler(str(output_dir), use_gzip=True)(prof)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json"
+        prof.export_chrome_trace(str(output_dir / name))
 
     def synchronize(self) -> None:  # noqa: B027 - optional hook, CPU needs nothing
         """Wait for queued device work, so that a step's device time falls inside it."""
