@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 
 from neuron_mlflow.summary.names import display_names
-from neuron_mlflow.summary.ops import OpSummary
+from neuron_mlflow.summary.ops import OpStats, OpSummary
 from neuron_mlflow.summary.verdict import verdict_lines
 
 
@@ -52,21 +53,23 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     lines = [f"## {title}", ""] if title else []
     label = summary.device_label
     names = display_names(op.name for op in summary.ops)
+    head, rule, cells = _extra_columns(summary)
     if summary.has_device_time:
-        lines.append(f"| Name | Calls | Self CPU | Self {label} | {label} % |")
-        lines.append("|---|---:|---:|---:|---:|")
+        lines.append(f"| Name | Calls | Self CPU | Self {label} | {label} % |{head}")
+        lines.append(f"|---|---:|---:|---:|---:|{rule}")
         for op in summary.ops:
             lines.append(
                 f"| {names[op.name]} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
                 f"| {format_us(op.self_device_us or 0.0)} | {op.device_pct or 0.0:.1f} % |"
+                + cells(op)
             )
     else:
-        lines.append("| Name | Calls | Self CPU | CPU % |")
-        lines.append("|---|---:|---:|---:|")
+        lines.append(f"| Name | Calls | Self CPU | CPU % |{head}")
+        lines.append(f"|---|---:|---:|---:|{rule}")
         for op in summary.ops:
             lines.append(
                 f"| {names[op.name]} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
-                f"| {op.cpu_pct:.1f} % |"
+                f"| {op.cpu_pct:.1f} % |" + cells(op)
             )
     lines.append("")
     lines.append(f"Per profiled step, over {summary.steps} step(s):")
@@ -78,10 +81,28 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
         lines.append(f"- {summary.device_note}")
     lines.append(f"- Wall time: {format_us(summary.wall_time_us)}")
     lines.append(f"- Op calls (top-level dispatches): {_calls(summary.op_calls)}")
+    if summary.flops_per_step is not None:
+        lines.append(f"- FLOPs: {summary.flops_per_step:.4g} per step")
+    for device, peak in summary.peak_allocated_bytes.items():
+        lines.append(f"- Peak allocated memory ({device}): {peak / 2**20:.2f} MiB")
     if summary.partial:
         lines.append("- Partial window: it ended before its last scheduled step")
     lines.extend(verdict_lines(summary.extra))  # Neuron: the verdict, or why it is absent
     return "\n".join(lines) + "\n"
+
+
+def _extra_columns(summary: OpSummary) -> tuple[str, str, Callable[[OpStats], str]]:
+    """Input shapes and FLOPs columns, where the window recorded them (else none)."""
+    shapes = any(op.input_shapes for op in summary.ops)
+    flops = summary.flops_per_step is not None
+    head = (" Input shapes |" if shapes else "") + (" FLOPs |" if flops else "")
+    rule = ("---|" if shapes else "") + ("---:|" if flops else "")
+
+    def cells(op: OpStats) -> str:
+        text = f" {op.input_shapes or ''} |" if shapes else ""
+        return text + (f" {op.flops:.4g} |" if op.flops is not None else " |") * flops
+
+    return head, rule, cells
 
 
 def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
@@ -91,7 +112,7 @@ def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
         >>> from neuron_mlflow.summary.ops import RawOp, build_summary
         >>> s = build_summary([RawOp("aten::mul", 1, 2.0, 2.0)], 1, 1, 1.0)
         >>> render_csv(s, {"aten::mul": "aten.mul"}).splitlines()[1]
-        'aten::mul,aten.mul,1.0,2.0,2.0,100.0,,,'
+        'aten::mul,aten.mul,1.0,2.0,2.0,100.0,,,,,'
     """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -106,6 +127,8 @@ def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
             "self_device_us",
             "device_total_us",
             "device_pct",
+            "input_shapes",
+            "flops",
         ]
     )
     for op in summary.ops:
@@ -120,6 +143,8 @@ def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
                 "" if op.self_device_us is None else op.self_device_us,
                 "" if op.device_total_us is None else op.device_total_us,
                 "" if op.device_pct is None else op.device_pct,
+                op.input_shapes or "",
+                "" if op.flops is None else op.flops,
             ]
         )
     return out.getvalue()
