@@ -1,0 +1,176 @@
+"""Check on a CUDA machine: per-op device time through neuron-mlflow vs torch's own table.
+
+Profiles, through the library (backend ``cuda``), the seed's RMSNorm variants (naive: six
+ops; fused: ``torch.rms_norm``) with the decorator, and a Lightning training step with the
+callback; and compares each operator's self device time in the window's summary (the trace
+engine's, read from the window's own trace) with ``key_averages()`` of the same profiler on
+the same window (its CPU-side rows' ``self_device_time_total``). Target: within 1% per
+operator that holds at least 1% of the window's device time, and in total (operators that run
+only outside the marked steps, such as Lightning's data loading, are shown but left out: the
+counting rules leave them out on purpose). Prints a table per case and exits 1 if a target is
+missed.
+
+On a machine without CUDA it says so and exits 0. ``--cpu`` runs the same comparison on the
+CPU backend with self CPU time instead (a check of the script itself, anywhere).
+
+Run:  .venv/bin/python benchmarks/gpu_check.py [--cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import neuron_mlflow as nm  # noqa: E402
+from neuron_mlflow.capture.backends.base import Backend  # noqa: E402
+from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX  # noqa: E402
+from recipes.rmsnorm import rmsnorm_fused, rmsnorm_naive  # noqa: E402
+
+TOLERANCE = 0.01
+STEPS = 3
+_TABLES: list[Any] = []  # key_averages() of each window, taken in on_trace_ready
+
+
+def _keep_key_averages() -> None:
+    """Wrap the backends' trace export so that each window's own profiler is also read by
+    ``key_averages()`` (only this script does this: the library never builds that table)."""
+    export = Backend.export_trace
+
+    def export_and_keep(self: Backend, prof: Any, output_dir: Path) -> None:
+        _TABLES.append(prof.key_averages())
+        export(self, prof, output_dir)
+
+    Backend.export_trace = export_and_keep  # type: ignore[method-assign]
+
+
+def _torch_rows(table: Any, device: bool) -> dict[str, float]:
+    """Per-op window totals from torch's table: self device (or CPU) time of CPU-side rows."""
+    from torch.autograd import DeviceType
+
+    rows: dict[str, float] = {}
+    for row in table:
+        if row.device_type != DeviceType.CPU or row.key.startswith(
+            (STEP_MARKER_PREFIX, CALL_MARKER_PREFIX)
+        ):
+            continue
+        rows[row.key] = float(row.self_device_time_total if device else row.self_cpu_time_total)
+    return rows
+
+
+def _compare(case: str, summary: Any, table: Any, device: bool) -> bool:
+    ours = {
+        op.name: ((op.self_device_us or 0.0) if device else op.self_cpu_us) * summary.steps
+        for op in summary.ops
+    }
+    theirs = _torch_rows(table, device)
+    # torch's table holds the whole window; ours only what runs inside the marked steps (the
+    # counting rules): rows we have no call of at all are left out by design, not compared
+    counted = {op.name for op in summary.ops if op.calls}
+    left_out = {name for name in theirs if name not in counted}
+    total_ours = sum(ours.values())
+    total_theirs = sum(v for name, v in theirs.items() if name not in left_out)
+    what = "self device" if device else "self CPU"
+    print(f"\n### {case}: {what} time per step (us), {summary.steps} steps\n")
+    print("| operator | neuron-mlflow | key_averages() | difference |")
+    print("|---|---:|---:|---:|")
+    ok = True
+    for name in sorted(set(ours) | set(theirs), key=lambda n: -theirs.get(n, ours.get(n, 0.0))):
+        a, b = ours.get(name, 0.0), theirs.get(name, 0.0)
+        if max(a, b) < 0.01 * max(total_theirs, 1e-9):
+            continue  # under 1% of the window: shown in the totals only
+        if name in left_out:
+            print(f"| {name} | - | {b / summary.steps:.1f} | outside the marked steps |")
+            continue
+        diff = (a - b) / b if b else (0.0 if not a else float("inf"))
+        ok &= abs(diff) <= TOLERANCE
+        print(
+            f"| {name} | {a / summary.steps:.1f} | {b / summary.steps:.1f} | {100 * diff:+.2f} % |"
+        )
+    diff = (total_ours - total_theirs) / total_theirs if total_theirs else 0.0
+    ok &= abs(diff) <= TOLERANCE
+    print(
+        f"| **total** | {total_ours / summary.steps:.1f} | {total_theirs / summary.steps:.1f} "
+        f"| {100 * diff:+.2f} % |"
+    )
+    return ok
+
+
+def _rmsnorm(backend: str, device: str, folder: Path) -> list[tuple[str, Any, Any]]:
+    out = []
+    for fn in (rmsnorm_naive, rmsnorm_fused):
+        torch.manual_seed(0)
+        x, w = torch.randn(4096, 1024, device=device), torch.randn(1024, device=device)
+        profiled = nm.profile(
+            backend=backend,
+            schedule=nm.Schedule(warmup=1, active=STEPS),
+            local_dir=str(folder / "spool"),
+            top_k=1000,
+            name=fn.__name__,
+        )(fn)
+        for _ in range(STEPS + 1):
+            profiled(x, w)
+        summary = profiled.profiler.summary
+        out.append((f"RMSNorm {fn.__name__}", summary, _TABLES[-1]))
+    return out
+
+
+def _lightning(backend: str, accelerator: str, folder: Path) -> tuple[str, Any, Any]:
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    callback = nm.NeuronProfilerCallback(
+        schedule=nm.Schedule(wait=1, warmup=1, active=STEPS),
+        backend=backend,
+        local_dir=str(folder / "spool"),
+        top_k=1000,
+    )
+    trainer = Trainer(
+        accelerator=accelerator,
+        devices=1,
+        max_steps=STEPS + 3,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(BoringModel())
+    return "Lightning training step (BoringModel)", callback.summaries["train"], _TABLES[-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cpu", action="store_true", help="check the CPU path (self CPU time)")
+    args = parser.parse_args()
+    if not args.cpu and not torch.cuda.is_available():
+        print(
+            "gpu_check: no CUDA device here (torch.cuda.is_available() is False); nothing to check"
+        )
+        return 0
+    backend, device, accelerator = ("cpu", "cpu", "cpu") if args.cpu else ("cuda", "cuda", "gpu")
+    folder = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+    _keep_key_averages()
+    where = torch.cuda.get_device_name() if not args.cpu else "CPU"
+    print(f"gpu_check on {where}, torch {torch.__version__}; target: within {TOLERANCE:.0%}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = [*_rmsnorm(backend, device, folder), _lightning(backend, accelerator, folder)]
+    ok = all(_compare(case, summary, table, device=not args.cpu) for case, summary, table in cases)
+    print("\nall within target" if ok else "\nsome operators differ by more than the target")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
