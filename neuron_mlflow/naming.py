@@ -142,6 +142,14 @@ def trace_folder(rank: int) -> str:
     return f"traces/rank_{rank}"
 
 
+REPORT_FILE = "report.html"
+"""A window's interactive report, next to its ``summary.md``."""
+COMPARISON_HTML = "comparison.html"
+"""``neuron-mlflow compare --log-to RUN`` and the RMSNorm recipe: the comparison as a page."""
+COMPARISON_MARKDOWN = "comparison.md"
+"""The same comparison in the seed's Markdown layout."""
+
+
 def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
     """Every metric of one window, named by the grammar in this module's docstring.
 

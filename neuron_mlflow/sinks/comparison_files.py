@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.errors import CompareError
+from neuron_mlflow.naming import COMPARISON_HTML, COMPARISON_MARKDOWN
 from neuron_mlflow.summary.comparison import Comparison, render_seed_markdown
 from neuron_mlflow.summary.comparison_html import render_comparison_html
-
-COMPARISON_HTML = "comparison.html"
-COMPARISON_MARKDOWN = "comparison.md"
 
 
 def publish_comparison(

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.errors import TraceFormatError
+from neuron_mlflow.naming import REPORT_FILE
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import BUDGET_BYTES, write_report
 from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline
 
 logger = logging.getLogger("neuron_mlflow")
 
-REPORT_FILE = "report.html"
 _RANK = re.compile(r"rank_(\d+)")
 _TAGS = (
     ("backend", "neuron_mlflow.backend"),
