@@ -62,10 +62,10 @@ def _summarize(args: argparse.Namespace) -> int:
         if busy is not None:
             print(f"- Device busy: {busy:.1f} % of the device span")
         top = sorted(result.kernels.items(), key=lambda kv: -kv[1])[:5]
-        shown = display_names(name for name, _ in top)
+        short = display_names(name for name, _ in top)
         print(
             "- Top device kernels (window total): "
-            + "; ".join(f"{shown[name]} {us:.1f} us" for name, us in top)
+            + "; ".join(f"{short[name]} {us:.1f} us" for name, us in top)
         )
     return EXIT_OK
 
