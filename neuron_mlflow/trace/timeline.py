@@ -222,8 +222,9 @@ def build_timeline(path: str | Path, max_events: int = MAX_EVENTS) -> Timeline:
             events["launcher"].append(ops.name[op] if op >= 0 else -1)
             events["parent"].append(position.get((OP, op), -1) if op >= 0 else -1)
     # CPU lanes first, each process's main thread (tid == pid) first; then device lanes
+    used = set(events["lane"])  # a thread with runtime calls only has no lane
     lanes = sorted(
-        p.lanes.items(),
+        ((key, index) for key, index in p.lanes.items() if index in used),
         key=lambda kv: (kv[0][0] != "cpu", kv[0][0] == "cpu" and kv[0][1] != kv[0][2], kv[1]),
     )
     renumber = {index: new for new, (_, index) in enumerate(lanes)}

@@ -114,3 +114,16 @@ def test_truncated_trace_is_a_format_error(tmp_path: Path) -> None:
     path.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')
     with pytest.raises(TraceFormatError, match="byte offset"):
         build_timeline(path)
+
+
+def test_a_thread_with_runtime_calls_only_gets_no_lane(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    events = [
+        _x("cpu_op", "aten::mm", 0, 10),
+        _x("cuda_runtime", "cudaMemcpyAsync", 2, 1, tid=9, correlation=3),
+        _x("gpu_memcpy", "Memcpy HtoD", 5, 2, tid=7, pid=0, correlation=3),
+    ]
+    path.write_text(json.dumps(events))
+    t = build_timeline(path)
+    assert [lane["name"] for lane in t.lanes] == ["CPU thread 1", "CUDA 0 stream 7"]
+    assert sorted(t.events["lane"]) == [0, 1]
