@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import warnings
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from typing import Any
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.sinks.spool import WindowRecord
+
+log = logging.getLogger("neuron_mlflow")
 
 
 @dataclass
@@ -31,12 +35,14 @@ class RunTarget:
         tracking_uri: the tracking server; ``None`` means what MLflow resolves.
         follow_active_run: ``False`` ignores an active MLflow run.
         own_run_id: the run this session created (after its first upload).
+        warned: a failed upload was reported (later failures only go to the log).
     """
 
     explicit_run_id: str | None = None
     tracking_uri: str | None = None
     follow_active_run: bool = True
     own_run_id: str | None = None
+    warned: bool = False
 
     def active_run(self) -> str | None:
         """The run active on the calling thread (call it on the training thread).
@@ -92,12 +98,17 @@ def upload_window(
         if config.strict:
             raise
         uri = sink.tracking_uri if sink is not None else "the tracking server"
-        warnings.warn(
+        message = (
             f"neuron-mlflow: could not log the profiling window to MLflow at {uri} "
             f"({type(exc).__name__}: {str(exc)[:300]}); it is kept at {record.path} "
             f"(pending). Run `neuron-mlflow sync --local-dir {config.local_dir}` to "
-            "upload it later",
-            NeuronMlflowWarning,
-            stacklevel=2,
+            "upload it later"
         )
+        if target.warned:  # one warning per session; the later windows join the log only
+            log.info(message)
+        else:
+            target.warned = True
+            log.warning(message)
+            with contextlib.suppress(Warning):  # never an exception, even under -W error
+                warnings.warn(message, NeuronMlflowWarning, stacklevel=2)
         return None
