@@ -30,9 +30,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,12 @@ from typing import TYPE_CHECKING, Any
 from neuron_mlflow.capture.backends.base import Backend
 from neuron_mlflow.capture.backends.neuron_analysis import NOTES_KEY, DeviceAnalysis, analyze_window
 from neuron_mlflow.capture.backends.neuron_device_time import read_device_times, with_device_times
+from neuron_mlflow.capture.backends.neuron_files import (
+    FRAMEWORK_TRACE_NAMES,
+    NeuronWindow,
+    framework_traces,
+    trace_key,
+)
 from neuron_mlflow.summary.ops import OpSummary
 
 if TYPE_CHECKING:
@@ -63,62 +68,11 @@ PROFILE_ENVIRONMENT = (
     "NEURON_RT_VISIBLE_CORES",
     "NEURON_RT_VIRTUAL_CORE_SIZE",
 )
-FRAMEWORK_TRACE_NAMES = ("trace.json", "neuron_framework_trace_rank_*.json")
-"""The framework trace's documented names (``export_trace``; the troubleshooting guide)."""
-_RANK_TRACE = re.compile(r"^neuron_framework_trace_rank_(\d+)\.json$")
 DEFAULTED_OPTIONS = ("correlate_device_time", "precache_node_info")
 """Documented options passed even when the user did not set them (their defaults)."""
 _told_unsupported: set[str] = set()
 KEPT_PROFILES = 4
 """Finished windows' profilers kept for :meth:`NeuronBackend.read_window` (oldest dropped)."""
-
-
-def _trace_key(trace: Path, root: Path) -> str:
-    return trace.relative_to(root).as_posix()
-
-
-def framework_traces(root: Path) -> list[Path]:
-    """The framework traces under ``root``: in each folder ``trace.json``, else the
-    ``neuron_framework_trace_rank_<N>.json`` files (both names are documented).
-
-    Example:
-        >>> import tempfile
-        >>> root = Path(tempfile.mkdtemp())
-        >>> _ = (root / "neuron_framework_trace_rank_1.json").write_text("{}")
-        >>> [p.name for p in framework_traces(root)]
-        ['neuron_framework_trace_rank_1.json']
-    """
-    by_folder: dict[Path, list[Path]] = {}
-    for pattern in FRAMEWORK_TRACE_NAMES:
-        for path in sorted(root.rglob(pattern)):
-            if path.is_file():
-                by_folder.setdefault(path.parent, []).append(path)
-    found: list[Path] = []
-    for folder in sorted(by_folder):
-        files = by_folder[folder]
-        plain = [p for p in files if p.name == "trace.json"]
-        found.extend(plain or [p for p in files if _RANK_TRACE.match(p.name)])
-    return found
-
-
-@dataclass
-class NeuronWindow:
-    """One window's summary as the Neuron backend reads it.
-
-    Attributes:
-        summary: the trace engine's summary of the framework trace, with device time from
-            the trace or from the profiler's events; ``None`` without a framework trace.
-        source: where device time came from: ``trace``, ``key_averages`` or ``none``.
-        device_busy_pct: the device's busy share of its span, when known.
-        kernels: device time per device event name (window total, us).
-        notes: why numbers are absent, for the summary.
-    """
-
-    summary: OpSummary | None
-    source: str = "none"
-    device_busy_pct: float | None = None
-    kernels: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
 
 
 class NeuronBackend(Backend):
@@ -256,7 +210,7 @@ class NeuronBackend(Backend):
         self._exporter.export_trace(prof)
         traces = framework_traces(output_dir)
         if traces:
-            self._profiles[_trace_key(traces[0], output_dir)] = prof
+            self._profiles[trace_key(traces[0], output_dir)] = prof
             while len(self._profiles) > KEPT_PROFILES:
                 self._profiles.pop(next(iter(self._profiles)))
 
@@ -275,7 +229,7 @@ class NeuronBackend(Backend):
         from neuron_mlflow.trace.summarize import summarize_trace
 
         traces = framework_traces(trace_dir)
-        kept = self._profiles.pop(_trace_key(traces[0], trace_dir), None) if traces else None
+        kept = self._profiles.pop(trace_key(traces[0], trace_dir), None) if traces else None
         prof = kept if prof is None else prof
         if not traces:
             return NeuronWindow(
