@@ -142,12 +142,8 @@ def trace_folder(rank: int) -> str:
     return f"traces/rank_{rank}"
 
 
-REPORT_FILE = "report.html"
-"""A window's interactive report, next to its ``summary.md``."""
-COMPARISON_HTML = "comparison.html"
-"""``neuron-mlflow compare --log-to RUN`` and the RMSNorm recipe: the comparison as a page."""
-COMPARISON_MARKDOWN = "comparison.md"
-"""The same comparison in the seed's Markdown layout."""
+REPORT_FILE = "report.html"  # a window's interactive report, next to its summary.md
+COMPARISON_HTML, COMPARISON_MARKDOWN = "comparison.html", "comparison.md"  # compare --log-to
 
 
 def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
