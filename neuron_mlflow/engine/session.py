@@ -408,9 +408,14 @@ class ProfilingSession:
         if not self.upload_enabled:
             return None
         tags = {JOB_TAG: self.job_id} if self.job_id else {}
-        return worker().submit(
-            upload_window, record, self.target, self.config, tags, None,
-            folder=str(self._spool.root), timeout_s=self.config.upload_timeout_s,
+        done: Future[None] = Future()
+        done.set_result(None)  # nothing to summarise: `summary` never waits for it
+        return self._results.track(
+            worker().submit(
+                upload_window, record, self.target, self.config, tags, None,
+                folder=str(self._spool.root), timeout_s=self.config.upload_timeout_s,
+            ),
+            done,
         )  # fmt: skip
 
     def __repr__(self) -> str:
