@@ -117,6 +117,9 @@ class Links:
             code = self.previous.get(correlation)
         if code is None:
             self.waiting.setdefault(correlation, []).append((kernel, duration))
+        elif code >= 0 and not code & 1:  # the usual case without marked ranges: inline
+            self.totals.self_device[code >> 1] += duration
+            self.totals.attributed += 1
         else:
             self._attribute(code, ((kernel, duration),))
 

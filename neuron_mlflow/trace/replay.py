@@ -160,8 +160,12 @@ class Thread:
         totals, stack = self.totals, self.stack
         count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
         top_level, span_start, span_end = 0, totals.span_start, totals.span_end
-        candidates = self.candidates
-        ops = self._ops()
+        candidates, names, prev = self.candidates, totals.names, self.prev
+        if self.peek is not None:
+            ops: Iterator[tuple[float, float, int]] = itertools.chain((self.peek,), self.head)
+            self.peek = None
+        else:
+            ops = self.head
         while True:
             for op in ops:
                 start, dur, index = op
@@ -179,13 +183,16 @@ class Thread:
                 entry = (end, index, NOT_COUNTED)
                 if stack:
                     parent = stack[-1]
-                    self_cpu[parent[1]] -= dur
-                    if (candidates or parent is self.prev) and self._child(parent, index):
+                    pindex = parent[1]
+                    self_cpu[pindex] -= dur
+                    if candidates and id(parent) in candidates:  # a second child: kept
+                        del candidates[id(parent)]
+                    elif parent is prev and names[pindex] == names[index]:
                         candidates[id(parent)] = (index, dur, NOT_COUNTED)
                 else:
                     top_level += 1
                 stack.append(entry)
-                self.prev = entry
+                prev = entry
                 if start < span_start:
                     span_start = start
                 if end > span_end:
@@ -195,6 +202,7 @@ class Thread:
                     ops = self.head
                     continue
             break
+        self.prev = prev
         totals.top_level += top_level
         totals.span_start, totals.span_end = span_start, span_end
 
@@ -273,17 +281,20 @@ class Thread:
             ready = min(ready - LAUNCH_WINDOW, bisect.bisect_left(pending, (self.last_start,)))
         if ready > 0 and pending[0][0] < self.placed_until:
             raise OutOfOrder("runtime calls of a thread out of time order beyond the window")
-        stack = self.stack
+        stack, candidates, launch = self.stack, self.candidates, links.launch
         for ts, correlation in pending[:ready]:
             self.replay(ts)
             while stack and stack[-1][0] < ts:  # ended before the call
-                self._fold(stack.pop())
+                popped = stack.pop()
+                if candidates:
+                    self._fold(popped)
             if stack:
                 _, index, state = stack[-1]
-                links.launch(correlation, IN_MARKER if state == MARKER else 2 * index + state)
+                launch(correlation, IN_MARKER if state == MARKER else 2 * index + state)
             else:
-                links.launch(correlation, -1)
-            self.placed_until = ts
+                launch(correlation, -1)
+        if ready > 0:
+            self.placed_until = pending[ready - 1][0]
         self.pending = pending[ready:]
         # calls written before their operators cannot be placed yet: wait for twice as many
         self.check_at = max(2 * LAUNCH_WINDOW, 2 * len(self.pending))

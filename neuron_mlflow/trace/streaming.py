@@ -97,9 +97,10 @@ def streaming_pass(stream: TraceStream) -> Totals:
                         raise OutOfOrder(f"operators of thread {key} out of start order")
                     thread.last_start = start
                     thread.last_dur = dur
+                    args = event.args
                     if marker:
                         index = add_marker(totals, threads, key, event)
-                    elif event.args is not None and event.args.input_dims:
+                    elif args is not None and args.input_dims:
                         index = op_id(totals, event)
                     else:
                         index = ids.get(name)  # type: ignore[assignment]
