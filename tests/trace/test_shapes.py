@@ -33,9 +33,11 @@ def flop_heavy() -> None:
 
 
 def test_flops_from_the_trace_equal_torchs_own(tmp_path) -> None:
-    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
-        with record_function(call_marker("f")):
-            flop_heavy()
+    with (
+        profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof,
+        record_function(call_marker("f")),
+    ):
+        flop_heavy()
     prof.export_chrome_trace(str(tmp_path / "t.json"))
     theirs = {row.key: row.flops for row in prof.key_averages() if row.flops}
     assert len(theirs) == 7
