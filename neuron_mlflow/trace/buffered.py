@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from neuron_mlflow.trace.events import add_marker, op_id, other_event
 from neuron_mlflow.trace.links import Busy, Links, Spill
 from neuron_mlflow.trace.reader import TraceStream
-from neuron_mlflow.trace.replay import MARKERS, Thread, add_marker, op_id, other_event
+from neuron_mlflow.trace.replay import MARKERS, Thread
 from neuron_mlflow.trace.totals import (
     DEVICE_CATEGORIES,
     OP_CATEGORIES,

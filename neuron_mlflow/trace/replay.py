@@ -301,38 +301,3 @@ class Thread:
         if final:
             self.replay(math.inf)
             self.end_all()
-
-
-def add_marker(
-    totals: Totals, threads: dict[tuple[Any, Any], Thread], key: tuple[Any, Any], event: Any
-) -> int:
-    """Note a marked range (``neuron_mlflow: ...``) of thread ``key``; return its (negative) id.
-
-    Raises:
-        OutOfOrder: another thread of the process was already replayed past its start.
-    """
-    pid, start = key[0], event.ts
-    for other, thread in threads.items():
-        if other != key and other[0] == pid and thread.replayed_to >= start:
-            raise OutOfOrder("a marked range written after operators it covers were placed")
-    if not totals.marks:
-        for thread in threads.values():
-            thread.marked = True
-    totals.marks.add(pid, start, start + event.dur)
-    return totals.marker_id(event.name)
-
-
-def op_id(totals: Totals, event: Any) -> int:
-    """The name id of an operator event (one per input signature when shapes are recorded)."""
-    args = event.args
-    if args is not None and args.input_dims:
-        return totals.variant_id(event.name, bytes(args.input_dims), bytes(args.concrete_inputs))
-    return totals.name_id(event.name)
-
-
-def other_event(totals: Totals, event: Any) -> None:
-    """A non-``X`` event: ``[memory]`` instants feed the peak memory."""
-    if event.ph == "i" and event.name == "[memory]":
-        args = event.args
-        if args is not None and args.total_allocated is not None and args.device_type is not None:
-            totals.memory_event(event.pid, event.ts, args.device_type, args.total_allocated)
