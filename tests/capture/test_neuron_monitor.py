@@ -138,9 +138,24 @@ def test_the_option_decides_and_says_when_neuron_monitor_is_missing(monkeypatch)
     assert not system_metrics_wanted(ProfilerConfig(backend="cpu"), "neuron")
 
 
-class _SlowModel(BoringModel):
+class _WaitingModel(BoringModel):
+    """Its first and last training steps wait (bounded) for neuron-monitor reports, so that
+    the fit spans several of them however slowly the fake starts on a busy machine."""
+
+    def __init__(self, callback, last: int) -> None:
+        super().__init__()
+        self.callback, self.last = callback, last
+
+    def _wait_for(self, reports: int) -> None:
+        deadline = time.monotonic() + 60
+        while self.callback._system.sampler.reports < reports and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def training_step(self, batch, batch_idx):
-        time.sleep(0.02)  # long enough for several reports of a 0.05 s period
+        if batch_idx == 0:
+            self._wait_for(1)
+        if batch_idx == self.last:
+            self._wait_for(self.callback._system.sampler.reports + 3)
         return super().training_step(batch, batch_idx)
 
 
@@ -162,7 +177,7 @@ def test_trainer_fit_logs_system_metrics_for_the_whole_fit(monitor_on_path, trac
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(_SlowModel())
+    trainer.fit(_WaitingModel(callback, last=39))
     history = MlflowClient().get_metric_history(
         logger.run_id, "system/neuron/core_0/utilization_pct"
     )
@@ -186,7 +201,10 @@ def test_the_decorator_session_samples_until_close(monitor_on_path, tracking_uri
         neuron={"system_metrics": True, "monitor_period_s": 0.05},
     )(lambda x: x * 2)
     profiled(__import__("torch").ones(4))
-    time.sleep(0.4)
+    system = profiled.profiler.session._system
+    deadline = time.monotonic() + 60  # a busy machine starts the fake slowly
+    while system.sampler.reports < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     profiled.profiler.close()
     run_id = profiled.profiler.run_id
     history = MlflowClient().get_metric_history(run_id, "system/neuron/core_1/utilization_pct")
