@@ -3,7 +3,8 @@
 A thin callback over the engine: it says when a step begins and ends in each stage, which run
 to use, and which ranks capture. Window bookkeeping and per-rank gathering are the engine's
 (:class:`~neuron_mlflow.engine.stages.StageWindows`). The hooks of the four stages are made from
-one table, :data:`STAGE_HOOKS`. Only this module imports ``lightning``.
+one table (:mod:`neuron_mlflow.integrations.stage_table`). Only this module imports
+``lightning``.
 
 Example:
     >>> import tempfile, torch
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,58 +39,9 @@ from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
 from neuron_mlflow.engine.stages import RankGroup, StageWindows, check_ranks
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
-from neuron_mlflow.errors import ConfigError, NeuronMlflowWarning
+from neuron_mlflow.errors import NeuronMlflowWarning
+from neuron_mlflow.integrations.stage_table import STAGE_HOOKS, STAGES, StageHooks, check_stages
 from neuron_mlflow.summary.ops import OpSummary
-
-STAGES = ("train", "validate", "test", "predict")
-"""Stages the callback can profile."""
-
-
-@dataclass(frozen=True)
-class StageHooks:
-    """Where one stage's steps come from in Lightning.
-
-    Attributes:
-        stage: the stage's name (its metric prefix is ``<metric_prefix>/<stage>``).
-        start, batch_start, batch_end, end: the Lightning hooks where a run of the stage
-            starts, where a step begins, where it ends, and where the run ends.
-        optimizer_steps: the step counter. ``True``: one step per optimizer step, numbered by
-            ``trainer.global_step`` (gradient accumulation counts once); ``False``: one step per
-            batch, from 0 in each run of the stage (the sanity check is never profiled).
-        planned: the Trainer attribute with the number of steps the stage plans.
-    """
-
-    stage: str
-    start: str
-    batch_start: str
-    batch_end: str
-    end: str
-    optimizer_steps: bool
-    planned: str
-
-
-STAGE_HOOKS = (
-    StageHooks("train", "on_train_start", "on_train_batch_start", "on_train_batch_end",
-               "on_train_end", True, "estimated_stepping_batches"),
-    StageHooks("validate", "on_validation_epoch_start", "on_validation_batch_start",
-               "on_validation_batch_end", "on_validation_epoch_end", False, "num_val_batches"),
-    StageHooks("test", "on_test_epoch_start", "on_test_batch_start", "on_test_batch_end",
-               "on_test_epoch_end", False, "num_test_batches"),
-    StageHooks("predict", "on_predict_epoch_start", "on_predict_batch_start",
-               "on_predict_batch_end", "on_predict_epoch_end", False, "num_predict_batches"),
-)  # fmt: skip
-"""The stage table: the callback's stage hooks are made from it (see the end of the module)."""
-
-
-def _check_stages(stages: str | Iterable[str]) -> tuple[str, ...]:
-    chosen = (stages,) if isinstance(stages, str) else tuple(stages)
-    bad = [s for s in chosen if s not in STAGES]
-    if bad or not chosen:
-        raise ConfigError(
-            f"invalid stages {chosen!r}: {'unknown ' + repr(bad) if bad else 'none given'}; "
-            f"allowed: {', '.join(STAGES)}"
-        )
-    return tuple(dict.fromkeys(chosen))
 
 
 class NeuronProfilerCallback(Callback):
@@ -124,7 +75,7 @@ class NeuronProfilerCallback(Callback):
     ) -> None:
         base = config if config is not None else ProfilerConfig()
         self.config = base.with_overrides(**overrides)
-        self.stages = _check_stages(stages)
+        self.stages = check_stages(stages)
         self.ranks = check_ranks(ranks)
         backend = resolve_backend(self.config.backend, self.config)  # fail now, not mid-fit
         self._backend_name = backend.name

@@ -1,0 +1,72 @@
+"""The Lightning callback's stage table: where each stage's steps begin and end.
+
+:class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback` makes its stage hooks
+from :data:`STAGE_HOOKS` (no copy per stage). Only names here: nothing imports ``lightning``.
+
+Example:
+    >>> [row.batch_start for row in STAGE_HOOKS][:2]
+    ['on_train_batch_start', 'on_validation_batch_start']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from neuron_mlflow.errors import ConfigError
+
+STAGES = ("train", "validate", "test", "predict")
+"""Stages the callback can profile."""
+
+
+@dataclass(frozen=True)
+class StageHooks:
+    """Where one stage's steps come from in Lightning.
+
+    Attributes:
+        stage: the stage's name (its metric prefix is ``<metric_prefix>/<stage>``).
+        start, batch_start, batch_end, end: the Lightning hooks where a run of the stage
+            starts, where a step begins, where it ends, and where the run ends.
+        optimizer_steps: the step counter. ``True``: one step per optimizer step, numbered by
+            ``trainer.global_step`` (gradient accumulation counts once); ``False``: one step per
+            batch, from 0 in each run of the stage (the sanity check is never profiled).
+        planned: the Trainer attribute with the number of steps the stage plans.
+    """
+
+    stage: str
+    start: str
+    batch_start: str
+    batch_end: str
+    end: str
+    optimizer_steps: bool
+    planned: str
+
+
+STAGE_HOOKS = (
+    StageHooks("train", "on_train_start", "on_train_batch_start", "on_train_batch_end",
+               "on_train_end", True, "estimated_stepping_batches"),
+    StageHooks("validate", "on_validation_epoch_start", "on_validation_batch_start",
+               "on_validation_batch_end", "on_validation_epoch_end", False, "num_val_batches"),
+    StageHooks("test", "on_test_epoch_start", "on_test_batch_start", "on_test_batch_end",
+               "on_test_epoch_end", False, "num_test_batches"),
+    StageHooks("predict", "on_predict_epoch_start", "on_predict_batch_start",
+               "on_predict_batch_end", "on_predict_epoch_end", False, "num_predict_batches"),
+)  # fmt: skip
+"""The stage table: the callback's stage hooks are made from it (see the end of the module)."""
+
+
+def check_stages(stages: str | Iterable[str]) -> tuple[str, ...]:
+    """The stages to profile, checked, in order, without repeats.
+
+    Example:
+        >>> check_stages("validate")
+        ('validate',)
+    """
+    chosen = (stages,) if isinstance(stages, str) else tuple(stages)
+    bad = [s for s in chosen if s not in STAGES]
+    if bad or not chosen:
+        raise ConfigError(
+            f"invalid stages {chosen!r}: {'unknown ' + repr(bad) if bad else 'none given'}; "
+            f"allowed: {', '.join(STAGES)}"
+        )
+    return tuple(dict.fromkeys(chosen))
