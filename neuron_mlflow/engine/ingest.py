@@ -158,20 +158,27 @@ def ingest(
     from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 
     files = find_traces(paths)
-    record, ranks = spool_traces(files, prefix, local_dir, top_k)
     sink = MlflowSink()
     try:
         sink.check_reachable()
+        reachable: ConnectionError | None = None
     except ConnectionError as exc:
-        raise ConnectionError(
-            f"{exc}; the window is kept at {record.path} (pending): "
-            "`neuron-mlflow sync` uploads it later"
-        ) from exc
-    if run_id is not None and not sink.run_exists(run_id):
+        reachable = exc
+    if reachable is None and run_id is not None and not sink.run_exists(run_id):
+        # before anything is written: a wrong run id creates nothing (no spooled window
+        # that a later sync would turn into an orphan run)
         raise IngestError(
-            f"run {run_id!r} was not found at {sink.tracking_uri} "
-            f"(the window stays in the spool at {record.path})"
+            f"run {run_id!r} was not found at {sink.tracking_uri}; pass the id of an "
+            "existing run, or leave --run-id out to create a new run"
         )
+    record, ranks = spool_traces(files, prefix, local_dir, top_k)
+    if run_id is not None:
+        record.update(run_id=run_id)  # sync logs into it when the server is back
+    if reachable is not None:
+        raise ConnectionError(
+            f"{reachable}; the window is kept at {record.path} (pending): "
+            "`neuron-mlflow sync` uploads it later"
+        ) from reachable
     target = run_id or sink.create_run(experiment, run_name="ingest", tags=record.manifest["tags"])
     sink.upload(record, target)
     return target, record, ranks
