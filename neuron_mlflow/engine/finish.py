@@ -185,7 +185,6 @@ def spool_live(job: FinishJob) -> None:
     job.spec = WindowSpec(
         strict=config.strict,
         run_id=(job.target or RunTarget()).known_run(job.active_run),
-        run_id=(job.target or RunTarget()).known_run(job.active_run),
         prefix=job.prefix,
         index=capture.window.index,
         first=capture.window.first,
