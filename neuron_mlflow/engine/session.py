@@ -24,10 +24,7 @@ Example:
 
 from __future__ import annotations
 
-import shutil
 import time
-import warnings
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import suppress
@@ -38,29 +35,24 @@ from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CALL_MARKER_PREFIX
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.environment import rank_and_world_size
-from neuron_mlflow.engine.finish import FinishJob, Results, finish_window, spool_live
+from neuron_mlflow.engine.finish import Results
 from neuron_mlflow.engine.guard import guarded
+from neuron_mlflow.engine.handoff import hand_off_upload
+from neuron_mlflow.engine.lifecycle import WindowLifecycle, _capturing
 from neuron_mlflow.engine.rank_metrics import spool_rank_metrics
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
-from neuron_mlflow.engine.upload import RunTarget, upload_window
+from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.worker import worker
-from neuron_mlflow.errors import NeuronMlflowWarning
-from neuron_mlflow.naming import trace_folder
-from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping, window_at
-from neuron_mlflow.sinks.mlflow_sink import JOB_TAG
+from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary
-
-_capturing: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
-"""Sessions with an open window: torch.profiler cannot run two captures at once."""
 
 WAIT_S = 60.0
 """How long ``summary``/``run_id``/``close()`` wait for the background worker."""
 
 
-class ProfilingSession:
+class ProfilingSession(WindowLifecycle):
     """Capture windows by schedule, summarise them, spool them, and log them to MLflow.
 
     Args:
@@ -308,92 +300,6 @@ class ProfilingSession:
     def _rank(self) -> tuple[int, int]:
         return self._rank_info or rank_and_world_size()
 
-    def _open_window(self, calls_marked: bool) -> None:
-        window = window_at(self.config.schedule, self.step_num)
-        assert window is not None and window.start == self.step_num  # schedule invariant
-        self._next_start = self._next_after(window.last + 1)
-        busy = [other.prefix for other in _capturing if other is not self]
-        if busy:
-            warnings.warn(
-                f"neuron-mlflow: window {window.index} of {self.prefix} (steps "
-                f"{window.first}-{window.last}) skipped: a window of {busy[0]} is still open, "
-                "and torch.profiler cannot run two captures at once",
-                NeuronMlflowWarning,
-                stacklevel=4,
-            )
-            return
-        if self._session_dir is None:
-            self._session_dir = self._spool.new_session_dir()
-        staging = Spool.capture_dir(self._session_dir, window.index)
-        trace_dir = staging / "artifacts" / trace_folder(self._rank()[0])
-        capture = LiveWindow(
-            window, self.backend, self.config, staging, trace_dir, calls_marked=calls_marked
-        )
-        self._guarded(capture.start)
-        if capture.prof is not None:
-            self._capture = capture
-            _capturing.add(self)
-            signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
-
-    def _finish_window(
-        self, status: str, partial: bool, error: str | None = None, inline: bool = False
-    ) -> Future[WindowRecord | None] | None:
-        """Stop the profiler here (the trace is written), then finish on the worker."""
-        capture = self._capture
-        if capture is None:
-            return None
-        self._capture = None
-        _capturing.discard(self)
-        self._guarded(capture.exit_marker)
-        self._guarded(capture.stop)
-        if capture.recorded_steps == 0:
-            # Interrupted during warm-up: nothing was recorded.
-            shutil.rmtree(capture.staging, ignore_errors=True)
-            return None
-        assert self._session_dir is not None
-        rank, world_size = self._rank()
-        job = FinishJob(
-            capture=capture,
-            prefix=self.prefix,
-            spool=self._spool,
-            session_dir=self._session_dir,
-            status=status,
-            partial=partial,
-            error=error,
-            rank=rank,
-            world_size=world_size,
-            metric_step=None if self._metric_step is None else self._metric_step(),
-            traces_only=self._traces_only,
-            job_id=self.job_id,
-            upload=self.upload_enabled and status != "incomplete",
-            target=self.target,
-            active_run=self.target.active_run(),
-        )
-        self._guarded(spool_live, job)  # the window is in the spool before the step returns
-        if inline:
-            future: Future[WindowRecord | None] = Future()
-            future.set_result(self._results.publish(finish_window(job)))
-            return future
-        summarised: Future[None] = Future()
-
-        def summary_ready(result: Any) -> None:
-            self._results.publish(result)
-            summarised.set_result(None)
-
-        def finish() -> WindowRecord | None:
-            try:
-                return self._results.publish(finish_window(job, on_summary=summary_ready))
-            finally:
-                if not summarised.done():
-                    summarised.set_result(None)
-
-        return self._results.track(
-            worker().submit(
-                finish, folder=str(self._spool.root), timeout_s=self.config.upload_timeout_s
-            ),
-            summarised,
-        )
-
     def spool_metrics(
         self, window: WindowRecord, metrics: dict[str, float], metric_step: int
     ) -> Future[str | None] | None:
@@ -407,16 +313,9 @@ class ProfilingSession:
         )  # fmt: skip
         if not self.upload_enabled:
             return None
-        tags = {JOB_TAG: self.job_id} if self.job_id else {}
-        done: Future[None] = Future()
-        done.set_result(None)  # nothing to summarise: `summary` never waits for it
-        return self._results.track(
-            worker().submit(
-                upload_window, record, self.target, self.config, tags, None,
-                folder=str(self._spool.root), timeout_s=self.config.upload_timeout_s,
-            ),
-            done,
-        )  # fmt: skip
+        return hand_off_upload(
+            self._results, record, self.target, self.config, self.job_id, str(self._spool.root)
+        )
 
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"
