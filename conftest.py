@@ -28,6 +28,11 @@ def _isolated(tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
     # Lightning's MLFlowLogger calls mlflow.set_tracking_uri(), a process-wide setting that
     # would outlive its test: reset it so that MLFLOW_TRACKING_URI decides again.
     mlflow.set_tracking_uri(None)
+    # mlflow.set_experiment() in one test (an id in the shared SQLite store) would otherwise be
+    # the default experiment of every later test, even against another server.
+    import mlflow.tracking.fluent as fluent
+
+    monkeypatch.setattr(fluent, "_active_experiment_id", None)
     for name in list(os.environ):
         if name.startswith("NEURON_MLFLOW_") or name.startswith("MLFLOW_"):
             monkeypatch.delenv(name)
