@@ -161,11 +161,7 @@ class Thread:
         count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
         top_level, span_start, span_end = 0, totals.span_start, totals.span_end
         candidates, names, prev = self.candidates, totals.names, self.prev
-        if self.peek is not None:
-            ops: Iterator[tuple[float, float, int]] = itertools.chain((self.peek,), self.head)
-            self.peek = None
-        else:
-            ops = self.head
+        ops = self._ops()
         while True:
             for op in ops:
                 start, dur, index = op
