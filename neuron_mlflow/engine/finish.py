@@ -30,7 +30,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,6 +66,7 @@ class FinishJob:
         upload: upload after spooling.
         target: which run; ``active_run`` the run active when the window ended.
         record: the spooled window (set by :func:`spool_live`); ``spec`` what it is made of.
+        environment: the run tags of versions, host and rank (set by :func:`spool_live`).
         job_id: the job's id (decided once by rank 0), so that every rank's windows of an
             offline job sync into one run.
     """
@@ -86,6 +87,7 @@ class FinishJob:
     active_run: str | None = None
     record: WindowRecord | None = None
     spec: WindowSpec | None = None
+    environment: dict[str, str] = field(default_factory=dict)
     job_id: str | None = None
 
 
@@ -180,7 +182,8 @@ def spool_live(job: FinishJob) -> None:
     Sets ``job.record`` and ``job.spec``; the summary is added later by :func:`finish_window`.
     """
     capture, config = job.capture, job.capture.config
-    tags = environment_tags(capture.backend.describe(), job.rank, job.world_size)
+    job.environment = environment_tags(capture.backend.describe(), job.rank, job.world_size)
+    tags = dict(job.environment)
     errors = [*capture.errors, *([job.error] if job.error else [])]
     job.spec = WindowSpec(
         strict=config.strict,
@@ -303,7 +306,7 @@ def finish_window(
     run_id = None
     if job.upload:
         target = job.target or RunTarget()
-        tags = environment_tags(capture.backend.describe(), job.rank, job.world_size)
+        tags = dict(job.environment)  # read once, on the training thread, by spool_live
         if job.job_id:
             tags[JOB_TAG] = job.job_id  # sync finds this run for the job's other ranks
         run_id = upload_window(record, target, config, tags, job.active_run)
