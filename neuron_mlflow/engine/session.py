@@ -33,7 +33,6 @@ from typing import Any
 
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.capture.live import LiveWindow
-from neuron_mlflow.capture.profile_reader import CALL_MARKER_PREFIX
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.environment import rank_and_world_size
 from neuron_mlflow.engine.finish import Results
@@ -44,6 +43,7 @@ from neuron_mlflow.engine.rank_metrics import spool_rank_metrics
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.worker import worker
+from neuron_mlflow.naming import CALL_MARKER_PREFIX
 from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary

@@ -28,10 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
 from neuron_mlflow.summary.ops import OpSummary, RawOp, build_summary
-
-CALL_MARKER_PREFIX = "neuron_mlflow: "  # the same markers as the trace engine's rules
-STEP_MARKER_PREFIX = "ProfilerStep"
 
 
 @dataclass
