@@ -32,12 +32,13 @@ _EXPORTS = {
     "SyncReport": "neuron_mlflow.sinks.mlflow_sink",
     "profile": "neuron_mlflow.integrations.decorator",
     "render_side_by_side": "neuron_mlflow.summary.tables",
-    "sync_pending": "neuron_mlflow.sinks.mlflow_sink",
+    "sync_pending": "neuron_mlflow.engine.sync",
 }
 
 if _TYPE_CHECKING:
     from neuron_mlflow.config import NeuronOptions, ProfilerConfig, Schedule
     from neuron_mlflow.engine.session import ProfilingSession
+    from neuron_mlflow.engine.sync import sync_pending
     from neuron_mlflow.errors import (
         BackendUnavailableError,
         ConfigError,
@@ -46,7 +47,7 @@ if _TYPE_CHECKING:
     )
     from neuron_mlflow.integrations.decorator import Profiler, profile
     from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
-    from neuron_mlflow.sinks.mlflow_sink import SyncReport, sync_pending
+    from neuron_mlflow.sinks.mlflow_sink import SyncReport
     from neuron_mlflow.summary.comparison_html import comparison_report
     from neuron_mlflow.summary.ops import OpStats, OpSummary
     from neuron_mlflow.summary.tables import render_side_by_side

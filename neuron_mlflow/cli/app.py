@@ -209,7 +209,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _sync(args: argparse.Namespace) -> int:
     from neuron_mlflow.config import ProfilerConfig
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri, sync_pending
+    from neuron_mlflow.engine.sync import sync_pending
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
 
     local_dir = args.local_dir or str(ProfilerConfig().local_dir)
     try:

@@ -185,6 +185,7 @@ def spool_live(job: FinishJob) -> None:
     job.environment = environment_tags(capture.backend.describe(), job.rank, job.world_size)
     tags = dict(job.environment)
     errors = [*capture.errors, *([job.error] if job.error else [])]
+    document = {"config": config.model_dump(mode="json"), "environment": tags, "errors": errors}
     job.spec = WindowSpec(
         strict=config.strict,
         run_id=(job.target or RunTarget()).known_run(job.active_run),
@@ -199,11 +200,7 @@ def spool_live(job: FinishJob) -> None:
         tags=tags,
         metric_step=job.metric_step,
         staged=capture.staging,
-        document={
-            "config": config.model_dump(mode="json"),
-            "environment": tags,
-            "errors": errors,
-        },
+        document=document,
         status="incomplete" if job.status == "incomplete" else "pending",
         error="; ".join(errors) or None,
         manifest={
@@ -215,6 +212,11 @@ def spool_live(job: FinishJob) -> None:
             "tracking_uri": None,
             "steps": capture.recorded_steps,
             "wall_time_us": capture.wall_ns / 1000.0,
+            # what `sync` needs to summarise the window when this process ends first
+            "prefix": job.prefix,
+            "document": document,
+            "backend": capture.backend.name,
+            "trace_dir": capture.trace_dir.relative_to(capture.staging / "artifacts").as_posix(),
         },
     )
     job.record = spool_window(job.spool, job.session_dir, job.spec)
@@ -223,7 +225,10 @@ def spool_live(job: FinishJob) -> None:
     )
 
 
-def _summarise(job: FinishJob) -> OpSummary:
+def summarise_window(job: FinishJob) -> OpSummary:
+    """Summarise the spooled window ``job.record`` from its trace and write its summary files
+    and metrics (:func:`~neuron_mlflow.engine.window.write_summary`); the live worker and
+    ``sync`` (for a window spooled by a process that ended before this ran) both call it."""
     assert job.spec is not None and job.record is not None
     summary, device_time_source = summarise_live(job.capture, job.partial)
     job.spec.device_busy_pct = job.capture.device_busy_pct
@@ -280,7 +285,7 @@ def finish_window(
             spool_live(job)
         record = job.record
         assert record is not None
-        summary = _summarise(job)
+        summary = summarise_window(job)
     except Exception as exc:
         if config.strict:
             raise

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,14 @@ from neuron_mlflow.sinks.spool import Spool, WindowRecord
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-__all__ = ["METRICS_PER_CALL", "PARAMS_PER_CALL", "TAGS_PER_CALL", "JOB_TAG", "MlflowSink"]
+__all__ = [
+    "METRICS_PER_CALL",
+    "PARAMS_PER_CALL",
+    "TAGS_PER_CALL",
+    "JOB_TAG",
+    "MlflowSink",
+    "upload_pending",
+]
 
 JOB_TAG = "neuron_mlflow.job_id"
 """Tag naming the job a run was created for by ``sync`` (one run per job, all ranks)."""
@@ -190,6 +198,19 @@ class MlflowSink:
         record.update(status="done", error=None)
 
 
+def _summarise(record: WindowRecord, summarise: Callable[[WindowRecord], object] | None) -> None:
+    """Summarise a never-summarised window in place, or say why it cannot be uploaded."""
+    if summarise is None:
+        raise RuntimeError("the window was never summarised; `neuron-mlflow sync` summarises it")
+    try:
+        summarise(record)
+    except Exception as exc:
+        raise RuntimeError(
+            f"summarising the window from its trace failed ({type(exc).__name__}: {exc}); "
+            f"its traces stay at {record.artifacts_dir}"
+        ) from exc
+
+
 @dataclass
 class SyncReport:
     """What :func:`sync_pending` did.
@@ -241,12 +262,19 @@ def _target_run(sink: MlflowSink, records: list[WindowRecord]) -> str:
     return run_id
 
 
-def sync_pending(
+def upload_pending(
     local_dir: str,
     tracking_uri: str | None = None,
     include_incomplete: bool = False,
+    summarise: Callable[[WindowRecord], object] | None = None,
 ) -> SyncReport:
     """Upload every pending window of the spool at ``local_dir`` exactly once; mark it done.
+
+    ``neuron-mlflow sync`` is :func:`neuron_mlflow.engine.sync.sync_pending`, which passes
+    the engine's ``summarise``: a window spooled but never summarised (``"summarised":
+    false``) is summarised by it before the upload. Without it, or when it raises, such a
+    window is reported in ``failed`` and stays pending: it is never uploaded without its
+    metrics.
 
     Each window goes into its original run when that run exists on the tracking server, else
     into the run of its job (every rank of an offline job shares one job id, decided by rank
@@ -257,6 +285,7 @@ def sync_pending(
         local_dir: the spool folder (``ProfilerConfig.local_dir``).
         tracking_uri: target server; ``None`` means what MLflow resolves now.
         include_incomplete: also upload windows interrupted by an exception.
+        summarise: summarises a window in place (metrics into its manifest).
 
     Returns:
         A :class:`SyncReport`.
@@ -285,6 +314,8 @@ def sync_pending(
             continue
         for record in records:
             try:
+                if record.manifest.get("summarised") is False:
+                    _summarise(record, summarise)
                 sink.upload(record, run_id)
                 report.uploaded.append((str(record.path), run_id))
             except Exception as exc:

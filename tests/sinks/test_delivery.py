@@ -9,7 +9,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from neuron_mlflow.sinks.delivery import CONFIG_CHANGED_TAG, metric_chunks
-from neuron_mlflow.sinks.mlflow_sink import JOB_TAG, MlflowSink, sync_pending
+from neuron_mlflow.sinks.mlflow_sink import JOB_TAG, MlflowSink, upload_pending
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from tests.helpers import artifact_files
 
@@ -86,7 +86,7 @@ def test_a_chunk_in_flight_at_a_crash_is_looked_up_before_it_is_sent_again(tmp_p
             for k, v in metric_chunks(lost.manifest["metrics"])[0]
         ],
     )
-    report = sync_pending(str(tmp_path / "spool"))
+    report = upload_pending(str(tmp_path / "spool"))
     assert not report.failed
     for key in ("profile/op/op00000/cpu_time_us", "profile/op/op01499/cpu_time_us"):
         steps = [step for step, _, _ in history(run_id, key)]
@@ -130,7 +130,7 @@ def test_offline_ranks_of_one_job_sync_into_one_run(tmp_path) -> None:
         )
     runs = set()
     for rank in (2, 0, 1):
-        report = sync_pending(str(tmp_path / f"host{rank}"))
+        report = upload_pending(str(tmp_path / f"host{rank}"))
         assert not report.failed
         runs.update(run for _, run in report.uploaded)
     (run_id,) = runs
@@ -144,6 +144,6 @@ def test_windows_of_one_session_without_a_run_sync_into_one_run(tmp_path) -> Non
     session = spool.new_session_dir()
     for first in (0, 10):
         spooled_window(spool, session, first)
-    report = sync_pending(str(tmp_path / "spool"))
+    report = upload_pending(str(tmp_path / "spool"))
     assert len({run for _, run in report.uploaded}) == 1
     assert len(report.uploaded) == 2

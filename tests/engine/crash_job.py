@@ -1,0 +1,43 @@
+"""A decorated loop whose process dies after its windows are spooled, before any summary.
+
+Usage: python tests/engine/crash_job.py LOCAL_DIR WINDOWS
+
+The background worker is kept busy (one long job queued first), so each window that ends is
+in the spool (manifest + trace, ``"summarised": false``) but never summarised; then the
+process ends with ``os._exit`` (no atexit drain), as a crash or a kill would. Prints the
+spooled window folders.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import torch
+
+import neuron_mlflow as nm
+from neuron_mlflow.engine.worker import worker
+from tests.helpers import inputs, rmsnorm_naive
+
+
+def main(local_dir: str, windows: int) -> None:
+    release = threading.Event()
+    worker().submit(release.wait, 600)  # the worker is busy until the process dies
+    profiled = nm.profile(
+        backend="cpu",
+        strict=True,
+        local_dir=local_dir,
+        schedule=nm.Schedule(warmup=1, active=2, repeat=windows),
+        top_k=1000,
+    )(rmsnorm_naive)
+    x, w = inputs()
+    for _ in range(3 * windows):
+        torch.zeros(3) + 1  # work between calls: left out
+        profiled(x, w)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

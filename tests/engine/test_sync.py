@@ -1,0 +1,91 @@
+"""`sync` after a crash between spooling a window and summarising it: the window is
+summarised from its own trace by the same engine (the metrics equal ``summarize`` of the
+uploaded trace), its summary files are written, and it is uploaded once."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from neuron_mlflow.cli import main
+from neuron_mlflow.naming import window_metrics
+from neuron_mlflow.sinks.spool import Spool
+from neuron_mlflow.trace.summarize import summarize_trace
+from tests.helpers import ROOT, artifact_files, metric_history, run_python
+
+JOB = str(ROOT / "tests" / "engine" / "crash_job.py")
+
+
+def _crash(tmp_path: Path, tracking_uri: str, windows: int) -> Path:
+    spool = tmp_path / "spool"
+    run_python([JOB, str(spool), str(windows)], tracking_uri)
+    records = list(Spool(spool).windows())
+    assert len(records) == windows
+    assert all(r.manifest["summarised"] is False and not r.manifest["metrics"] for r in records)
+    assert all(r.status == "pending" for r in records)
+    return spool
+
+
+def test_sync_summarises_a_window_the_crashed_process_never_summarised(
+    tmp_path, tracking_uri, capsys
+) -> None:
+    spool = _crash(tmp_path, tracking_uri, windows=2)
+    assert main(["sync", "--local-dir", str(spool)]) == 0
+    records = list(Spool(spool).windows())
+    assert {r.status for r in records} == {"done"}
+    assert all(r.manifest["summarised"] is True for r in records)
+    (run_id,) = {r.manifest["run_id"] for r in records}
+
+    client = MlflowClient()
+    files = artifact_files(run_id)
+    for record in records:
+        folder = record.manifest["artifact_path"]
+        for name in ("summary.md", "ops.csv", "summary.json", "report.html", "config.json"):
+            assert f"{folder}/{name}" in files, (name, files)
+        (trace,) = [f for f in files if f.startswith(f"{folder}/traces/rank_0/")]
+        assert trace.endswith(".json.gz"), trace  # compressed after the summary, as live
+        local = Path(client.download_artifacts(run_id, trace, str(tmp_path / folder)))
+        gzip.decompress(local.read_bytes())
+        offline = window_metrics(summarize_trace(local).summary, "profile", 1000)
+        assert offline["profile/steps"] == 2.0
+        assert offline["profile/op_calls"] > 0
+        last = record.manifest["window"]["last"]
+        for key, value in offline.items():
+            history = metric_history(run_id, key)
+            at_window = [v for step, v in history if step == last]
+            assert len(at_window) == 1, (key, history)  # exactly once
+            if key.endswith(("/calls", "op_calls", "/steps")):
+                assert at_window[0] == value, key
+            else:
+                assert at_window[0] == pytest.approx(value, rel=1e-6, abs=1e-6), key
+
+    # a second sync has nothing left to do
+    capsys.readouterr()
+    assert main(["sync", "--local-dir", str(spool)]) == 0
+    assert "nothing to upload" in capsys.readouterr().out
+
+
+def test_a_window_whose_trace_cannot_be_summarised_stays_pending_and_the_rest_upload(
+    tmp_path, tracking_uri, capsys
+) -> None:
+    spool = _crash(tmp_path, tracking_uri, windows=2)
+    broken, good = list(Spool(spool).windows())
+    (trace,) = [p for p in broken.artifacts_dir.rglob("*.json") if "traces" in p.parts]
+    trace.write_text(trace.read_text()[: 200])  # cut short, as a full disk leaves it
+
+    assert main(["sync", "--local-dir", str(spool)]) == 1
+    err = capsys.readouterr().err
+    assert f"failed {broken.path}" in err
+    assert "summarising the window from its trace failed" in err
+    assert str(broken.artifacts_dir) in err
+    by_path = {str(r.path): r for r in Spool(spool).windows()}
+    assert by_path[str(broken.path)].status == "pending"  # kept, traces and all
+    assert trace.exists()
+    assert by_path[str(good.path)].status == "done"
+    run_id = by_path[str(good.path)].manifest["run_id"]
+    files = artifact_files(run_id)
+    assert not any(f.startswith(broken.manifest["artifact_path"]) for f in files)
+    assert metric_history(run_id, "profile/steps") == [(good.manifest["window"]["last"], 2.0)]
