@@ -25,8 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,14 +131,9 @@ def spool_window(spool: Spool, session_dir: Path, spec: WindowSpec) -> WindowRec
         window=_window_facts(spec),
         error=spec.error,
         summarised=False,
+        staged=spec.staged,  # the traces are renamed into the window, not copied
         **spec.manifest,
     )
-    if spec.staged is not None:
-        staged_artifacts = spec.staged / "artifacts"
-        if staged_artifacts.is_dir():
-            shutil.rmtree(record.artifacts_dir)
-            os.replace(staged_artifacts, record.artifacts_dir)
-        shutil.rmtree(spec.staged, ignore_errors=True)
     return record
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -50,7 +51,9 @@ _session_counter = itertools.count(1)
 
 def _write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    # One line, keys sorted: the C encoder (``indent`` would take the pure-Python one, about
+    # ten times slower; the step that ends a window writes a manifest).
+    tmp.write_text(json.dumps(data, sort_keys=True, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -133,6 +136,7 @@ class Spool:
         session_dir: Path,
         artifact_path: str,
         status: Status = "pending",
+        staged: Path | None = None,
         **fields: Any,
     ) -> WindowRecord:
         """Create the folder and manifest of a window under ``session_dir``.
@@ -141,10 +145,11 @@ class Spool:
             session_dir: from :meth:`new_session_dir`.
             artifact_path: ``P/step_<first>-<last>``; also the folder's path in the session.
             status: initial status.
+            staged: a folder whose ``artifacts/`` (a capture's traces) the window takes over:
+                renamed into place, nothing copied; the folder is gone afterwards.
             **fields: more manifest fields (metrics, params, tags, run_id, ...).
         """
         path = session_dir / artifact_path
-        (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
         manifest: dict[str, Any] = {
             "format": 1,
             "status": status,
@@ -157,6 +162,20 @@ class Spool:
             "error": None,
         }
         manifest.update(fields)
+        takes_over = staged is not None and (staged / ARTIFACTS).is_dir()
+        if staged is not None and takes_over and not path.exists():
+            # The manifest goes in with the traces, then one rename puts both in place: a
+            # crash leaves either the staged window (manifest and all) or the placed one.
+            WindowRecord(path=staged, manifest=manifest).save()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, path)
+            return WindowRecord(path=path, manifest=manifest)
+        (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
+        if staged is not None:
+            if takes_over:
+                shutil.rmtree(path / ARTIFACTS)
+                os.replace(staged / ARTIFACTS, path / ARTIFACTS)
+            shutil.rmtree(staged, ignore_errors=True)
         record = WindowRecord(path=path, manifest=manifest)
         record.save()
         return record
