@@ -1,6 +1,8 @@
 """A decorated loop whose process dies after its windows are spooled, before any summary.
 
-Usage: python tests/engine/crash_job.py LOCAL_DIR WINDOWS
+Usage: python tests/engine/crash_job.py LOCAL_DIR WINDOWS [BACKEND]
+
+BACKEND is ``cpu`` (default) or ``neuron`` (with ``tests/neuron_double`` on ``PYTHONPATH``).
 
 The background worker is kept busy (one long job queued first), so each window that ends is
 in the spool (manifest + trace, ``"summarised": false``) but never summarised; then the
@@ -21,11 +23,11 @@ from neuron_mlflow.engine.worker import worker
 from tests.helpers import inputs, rmsnorm_naive
 
 
-def main(local_dir: str, windows: int) -> None:
+def main(local_dir: str, windows: int, backend: str = "cpu") -> None:
     release = threading.Event()
     worker().submit(release.wait, 600)  # the worker is busy until the process dies
     profiled = nm.profile(
-        backend="cpu",
+        backend=backend,
         strict=True,
         local_dir=local_dir,
         schedule=nm.Schedule(warmup=1, active=2, repeat=windows),
@@ -40,4 +42,4 @@ def main(local_dir: str, windows: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])

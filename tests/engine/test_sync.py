@@ -5,6 +5,7 @@ uploaded trace), its summary files are written, and it is uploaded once."""
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,9 @@ from tests.helpers import ROOT, artifact_files, metric_history, run_python
 JOB = str(ROOT / "tests" / "engine" / "crash_job.py")
 
 
-def _crash(tmp_path: Path, tracking_uri: str, windows: int) -> Path:
+def _crash(tmp_path: Path, tracking_uri: str, windows: int, backend: str = "cpu", **env) -> Path:
     spool = tmp_path / "spool"
-    run_python([JOB, str(spool), str(windows)], tracking_uri)
+    run_python([JOB, str(spool), str(windows), backend], tracking_uri, **env)
     records = list(Spool(spool).windows())
     assert len(records) == windows
     assert all(r.manifest["summarised"] is False and not r.manifest["metrics"] for r in records)
@@ -74,7 +75,7 @@ def test_a_window_whose_trace_cannot_be_summarised_stays_pending_and_the_rest_up
     spool = _crash(tmp_path, tracking_uri, windows=2)
     broken, good = list(Spool(spool).windows())
     (trace,) = [p for p in broken.artifacts_dir.rglob("*.json") if "traces" in p.parts]
-    trace.write_text(trace.read_text()[: 200])  # cut short, as a full disk leaves it
+    trace.write_text(trace.read_text()[:200])  # cut short, as a full disk leaves it
 
     assert main(["sync", "--local-dir", str(spool)]) == 1
     err = capsys.readouterr().err
@@ -89,3 +90,22 @@ def test_a_window_whose_trace_cannot_be_summarised_stays_pending_and_the_rest_up
     files = artifact_files(run_id)
     assert not any(f.startswith(broken.manifest["artifact_path"]) for f in files)
     assert metric_history(run_id, "profile/steps") == [(good.manifest["window"]["last"], 2.0)]
+
+
+def test_sync_summarises_a_neuron_window_where_no_neuron_sdk_is_installed(
+    tmp_path, tracking_uri
+) -> None:
+    """The job ran on a (double of a) Trainium host; sync runs here, without torch_neuronx:
+    the device time comes from the window's own trace, as the worker would have read it."""
+    double = ROOT / "tests" / "neuron_double"
+    env = {"PYTHONPATH": f"{double}{os.pathsep}{ROOT}", "NEURON_DOUBLE_DEVICE_TIME": "trace"}
+    spool = _crash(tmp_path, tracking_uri, 1, "neuron", **env)
+    assert main(["sync", "--local-dir", str(spool)]) == 0
+    (record,) = list(Spool(spool).windows())
+    run = MlflowClient().get_run(record.manifest["run_id"])
+    metrics, tags = run.data.metrics, run.data.tags
+    assert tags["neuron_mlflow.device_time_source"] == "trace"
+    per_op = {k: v for k, v in metrics.items() if k.endswith("/self_device_us")}
+    assert metrics["profile/op/aten.mul/self_device_us"] > 0
+    assert metrics["profile/device_time_us"] == pytest.approx(sum(per_op.values()))
+    assert 0 < metrics["profile/device_busy_pct"] <= 100
