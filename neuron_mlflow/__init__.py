@@ -29,7 +29,7 @@ _EXPORTS = {
     "ProfilingSession": "neuron_mlflow.engine.session",
     "Schedule": "neuron_mlflow.config",
     "comparison_report": "neuron_mlflow.summary.comparison_html",
-    "SyncReport": "neuron_mlflow.sinks.mlflow_sink",
+    "SyncReport": "neuron_mlflow.sinks.pending",
     "profile": "neuron_mlflow.integrations.decorator",
     "render_side_by_side": "neuron_mlflow.summary.tables",
     "sync_pending": "neuron_mlflow.engine.sync",
@@ -47,7 +47,7 @@ if _TYPE_CHECKING:
     )
     from neuron_mlflow.integrations.decorator import Profiler, profile
     from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
-    from neuron_mlflow.sinks.mlflow_sink import SyncReport
+    from neuron_mlflow.sinks.pending import SyncReport
     from neuron_mlflow.summary.comparison_html import comparison_report
     from neuron_mlflow.summary.ops import OpStats, OpSummary
     from neuron_mlflow.summary.tables import render_side_by_side

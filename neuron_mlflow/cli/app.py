@@ -220,6 +220,11 @@ def _sync(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     for path in report.skipped:
         print(f"skipped (incomplete): {path}", file=sys.stderr)
+    for path in report.busy:
+        print(f"skipped (a running job is still uploading it): {path}", file=sys.stderr)
+    if not report.uploaded and not report.failed and report.busy:
+        print("nothing to upload now: every pending window belongs to a running job")
+        return EXIT_OK
     if not report.uploaded and not report.failed:
         print("nothing to upload: no pending windows")
         return EXIT_OK

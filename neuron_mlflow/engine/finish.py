@@ -219,7 +219,7 @@ def spool_live(job: FinishJob) -> None:
             "trace_dir": capture.trace_dir.relative_to(capture.staging / "artifacts").as_posix(),
         },
     )
-    job.record = spool_window(job.spool, job.session_dir, job.spec)
+    job.record = spool_window(job.spool, job.session_dir, job.spec, claimed=True)
     capture.trace_dir = job.record.artifacts_dir / capture.trace_dir.relative_to(
         capture.staging / "artifacts"
     )
@@ -277,8 +277,17 @@ def finish_window(
     ``on_summary`` receives the result as soon as the summary is written, before the upload
     (so the summary never waits on the network). Our failures become one
     :class:`~neuron_mlflow.errors.NeuronMlflowWarning` (the window stays in the spool with its
-    traces), unless the configuration is strict.
+    traces), unless the configuration is strict. Then this process's claim on the window is
+    given up (:mod:`neuron_mlflow.sinks.claims`): from here on ``sync`` may take it.
     """
+    try:
+        return _finish(job, on_summary)
+    finally:
+        if job.record is not None:
+            job.record.release()
+
+
+def _finish(job: FinishJob, on_summary: Callable[[FinishResult], Any] | None) -> FinishResult:
     capture, config = job.capture, job.capture.config
     try:
         if job.record is None:

@@ -65,10 +65,13 @@ def hand_off_upload(
     tags = {JOB_TAG: job_id} if job_id else {}
     done: Future[None] = Future()
     done.set_result(None)  # nothing to summarise: `summary` never waits for it
+
+    def upload() -> str | None:
+        try:
+            return upload_window(record, target, config, tags, None)
+        finally:
+            record.release()  # sync may take it from here
+
     return results.track(
-        worker().submit(
-            upload_window, record, target, config, tags, None,
-            folder=folder, timeout_s=config.upload_timeout_s,
-        ),
-        done,
-    )  # fmt: skip
+        worker().submit(upload, folder=folder, timeout_s=config.upload_timeout_s), done
+    )

@@ -131,4 +131,3 @@ class WindowLifecycle:
         )
         self._guarded(spool_live, job)  # the window is in the spool before the step returns
         return hand_off(self._results, job, str(self._spool.root), self.config, inline)
-

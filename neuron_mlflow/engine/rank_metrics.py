@@ -51,6 +51,7 @@ def spool_rank_metrics(
         job_id=job_id,
         kind="rank_metrics",
         summarised=True,
+        claimed=True,  # until the worker has uploaded it (or at once, without an upload)
     )
     record.manifest["uploaded"].update(params=True, tags=True, artifacts=True)
     record.save()

@@ -312,6 +312,7 @@ class ProfilingSession(WindowLifecycle):
             self.config, self.target.known_run(), self.job_id,
         )  # fmt: skip
         if not self.upload_enabled:
+            record.release()
             return None
         return hand_off_upload(
             self._results, record, self.target, self.config, self.job_id, str(self._spool.root)
@@ -319,4 +320,3 @@ class ProfilingSession(WindowLifecycle):
 
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"
-

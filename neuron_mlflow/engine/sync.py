@@ -23,7 +23,7 @@ from neuron_mlflow.engine.finish import FinishJob, summarise_window
 from neuron_mlflow.engine.window import WindowSpec
 from neuron_mlflow.errors import NeuronMlflowError
 from neuron_mlflow.schedule import Window
-from neuron_mlflow.sinks.mlflow_sink import SyncReport, upload_pending
+from neuron_mlflow.sinks.pending import SyncReport, upload_pending
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 
 __all__ = ["summarise_spooled", "sync_pending"]
@@ -103,7 +103,7 @@ def sync_pending(
     A window spooled but never summarised is summarised from its trace first
     (:func:`summarise_spooled`); one whose summary fails is reported in ``failed`` with the
     reason and stays in the spool, traces and all. Everything else is
-    :func:`~neuron_mlflow.sinks.mlflow_sink.upload_pending`: each window into its original
+    :func:`~neuron_mlflow.sinks.pending.upload_pending`: each window into its original
     run when that exists on the server, else into its job's run.
 
     Args:
@@ -112,7 +112,7 @@ def sync_pending(
         include_incomplete: also upload windows interrupted by an exception.
 
     Returns:
-        A :class:`~neuron_mlflow.sinks.mlflow_sink.SyncReport`.
+        A :class:`~neuron_mlflow.sinks.pending.SyncReport`.
 
     Raises:
         ConnectionError: the tracking server is not reachable (nothing was uploaded).

@@ -108,7 +108,9 @@ def window_metrics_of(spec: WindowSpec) -> dict[str, float]:
     return metrics
 
 
-def spool_window(spool: Spool, session_dir: Path, spec: WindowSpec) -> WindowRecord:
+def spool_window(
+    spool: Spool, session_dir: Path, spec: WindowSpec, claimed: bool = False
+) -> WindowRecord:
     """Write the window's folder and manifest and move its staged files (traces) into it.
 
     Cheap (a manifest and a rename): the step that ends a live window does this, so the
@@ -132,6 +134,7 @@ def spool_window(spool: Spool, session_dir: Path, spec: WindowSpec) -> WindowRec
         error=spec.error,
         summarised=False,
         staged=spec.staged,  # the traces are renamed into the window, not copied
+        claimed=claimed,  # held by this process until its worker is done with the window
         **spec.manifest,
     )
     return record

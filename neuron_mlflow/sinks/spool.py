@@ -36,9 +36,11 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from neuron_mlflow.sinks.claims import Claim, claim
 
 Status = Literal["pending", "done", "incomplete"]
 MANIFEST = "manifest.json"
@@ -71,6 +73,17 @@ class WindowRecord:
 
     path: Path
     manifest: dict[str, Any]
+    claim: Claim | None = field(default=None, repr=False, compare=False)
+
+    def release(self) -> None:
+        """Give up this process's claim on the window (:mod:`neuron_mlflow.sinks.claims`)."""
+        claim, self.claim = self.claim, None
+        if claim is not None:
+            claim.release()
+
+    def reload(self) -> None:
+        """Read the manifest again from disk (another process may have changed it)."""
+        self.manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
 
     @property
     def artifacts_dir(self) -> Path:
@@ -137,6 +150,7 @@ class Spool:
         artifact_path: str,
         status: Status = "pending",
         staged: Path | None = None,
+        claimed: bool = False,
         **fields: Any,
     ) -> WindowRecord:
         """Create the folder and manifest of a window under ``session_dir``.
@@ -147,6 +161,8 @@ class Spool:
             status: initial status.
             staged: a folder whose ``artifacts/`` (a capture's traces) the window takes over:
                 renamed into place, nothing copied; the folder is gone afterwards.
+            claimed: the record holds this process's claim on the window, taken before the
+                window is visible (release it with :meth:`WindowRecord.release`).
             **fields: more manifest fields (metrics, params, tags, run_id, ...).
         """
         path = session_dir / artifact_path
@@ -166,17 +182,19 @@ class Spool:
         if staged is not None and takes_over and not path.exists():
             # The manifest goes in with the traces, then one rename puts both in place: a
             # crash leaves either the staged window (manifest and all) or the placed one.
+            held = claim(staged) if claimed else None  # the claim moves with the folder
             WindowRecord(path=staged, manifest=manifest).save()
             path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, path)
-            return WindowRecord(path=path, manifest=manifest)
+            return WindowRecord(path=path, manifest=manifest, claim=held)
         (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
+        held = claim(path) if claimed else None
         if staged is not None:
             if takes_over:
                 shutil.rmtree(path / ARTIFACTS)
                 os.replace(staged / ARTIFACTS, path / ARTIFACTS)
             shutil.rmtree(staged, ignore_errors=True)
-        record = WindowRecord(path=path, manifest=manifest)
+        record = WindowRecord(path=path, manifest=manifest, claim=held)
         record.save()
         return record
 

@@ -6,8 +6,9 @@ BACKEND is ``cpu`` (default) or ``neuron`` (with ``tests/neuron_double`` on ``PY
 
 The background worker is kept busy (one long job queued first), so each window that ends is
 in the spool (manifest + trace, ``"summarised": false``) but never summarised; then the
-process ends with ``os._exit`` (no atexit drain), as a crash or a kill would. Prints the
-spooled window folders.
+process ends with ``os._exit`` (no atexit drain), as a crash or a kill would. With
+``CRASH_JOB_HOLD=1`` it prints ``SPOOLED`` and stays alive (its windows still its own) until
+killed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def main(local_dir: str, windows: int, backend: str = "cpu") -> None:
     for _ in range(3 * windows):
         torch.zeros(3) + 1  # work between calls: left out
         profiled(x, w)
+    if os.environ.get("CRASH_JOB_HOLD") == "1":  # alive, windows held, until killed
+        print("SPOOLED", flush=True)
+        sys.stdin.read()
     sys.stdout.flush()
     os._exit(0)
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,34 @@ def test_sync_summarises_a_neuron_window_where_no_neuron_sdk_is_installed(
     assert metrics["profile/op/aten.mul/self_device_us"] > 0
     assert metrics["profile/device_time_us"] == pytest.approx(sum(per_op.values()))
     assert 0 < metrics["profile/device_busy_pct"] <= 100
+
+
+def test_sync_leaves_a_running_jobs_windows_to_it_and_takes_them_once_it_is_killed(
+    tmp_path, tracking_uri, capsys
+) -> None:
+    spool = tmp_path / "spool"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
+    env.update(MLFLOW_TRACKING_URI=tracking_uri, PYTHONPATH=str(ROOT), CRASH_JOB_HOLD="1")
+    job = subprocess.Popen(
+        [sys.executable, JOB, str(spool), "2"],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "SPOOLED"
+        assert len(list(Spool(spool).windows("pending"))) == 2
+        assert main(["sync", "--local-dir", str(spool)]) == 0  # the job still owns them
+        out, err = capsys.readouterr()
+        assert "every pending window belongs to a running job" in out
+        assert err.count("skipped (a running job is still uploading it)") == 2
+        records = list(Spool(spool).windows())
+        assert {r.status for r in records} == {"pending"}
+        assert all(r.manifest["run_id"] is None for r in records), "nothing was uploaded"
+    finally:
+        job.send_signal(signal.SIGKILL)  # a crash: the OS drops the job's claims
+        job.communicate(timeout=60)
+    assert main(["sync", "--local-dir", str(spool)]) == 0
+    records = list(Spool(spool).windows())
+    assert {r.status for r in records} == {"done"}
+    (run_id,) = {r.manifest["run_id"] for r in records}
+    steps = sorted(r.manifest["window"]["last"] for r in records)
+    assert metric_history(run_id, "profile/steps") == [(step, 2.0) for step in steps]

@@ -9,7 +9,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from neuron_mlflow.sinks.delivery import CONFIG_CHANGED_TAG, metric_chunks
-from neuron_mlflow.sinks.mlflow_sink import JOB_TAG, MlflowSink, upload_pending
+from neuron_mlflow.sinks.mlflow_sink import JOB_TAG, MlflowSink
+from neuron_mlflow.sinks.pending import upload_pending
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from tests.helpers import artifact_files
 

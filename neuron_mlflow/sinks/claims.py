@@ -1,0 +1,64 @@
+"""Claims on spooled windows: one process at a time finishes or uploads a window.
+
+The process that spools a live window claims it (an exclusive ``flock`` on the window's
+``.lock`` file) until its background worker has summarised and uploaded it; ``sync`` claims
+each window before it touches it and leaves alone the ones a running job still holds. The
+operating system drops a claim when its process ends, however it ends, so a crashed job's
+windows are free for ``sync`` at once. Where ``fcntl`` does not exist (Windows) claims
+always succeed.
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> first = claim(folder)
+    >>> first is not None, claim(folder) is None  # held: a second claim is refused
+    (True, True)
+    >>> first.release(); again = claim(folder); again is not None
+    True
+    >>> again.release()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK = ".lock"
+"""The lock file in a window's folder (never uploaded: it is outside ``artifacts/``)."""
+
+
+@dataclass
+class Claim:
+    """A held claim on one window folder; :meth:`release` gives it up (idempotent)."""
+
+    fd: int | None
+
+    def release(self) -> None:
+        """Give the claim up."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def claim(folder: Path) -> Claim | None:
+    """Claim the window at ``folder`` for this process, without waiting.
+
+    Returns:
+        The claim, or ``None`` when another claim on the folder is held (by a running job,
+        or a ``sync`` in another terminal).
+    """
+    try:
+        import fcntl
+    except ImportError:  # no flock here: nothing to coordinate with
+        return Claim(None)
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return Claim(fd)
