@@ -69,6 +69,7 @@ class FinishJob:
         environment: the run tags of versions, host and rank (set by :func:`spool_live`).
         job_id: the job's id (decided once by rank 0), so that every rank's windows of an
             offline job sync into one run.
+        device_analysis: run the backend's analysis (off where it would read another host).
     """
 
     capture: LiveWindow
@@ -89,6 +90,7 @@ class FinishJob:
     spec: WindowSpec | None = None
     environment: dict[str, str] = field(default_factory=dict)
     job_id: str | None = None
+    device_analysis: bool = True
 
 
 @dataclass
@@ -246,7 +248,7 @@ def _device_analysis(job: FinishJob, summary: OpSummary) -> OpSummary:
     the busy share): its metrics, tags and files join the window; a failure never fails it."""
     analyze = getattr(job.capture.backend, "analyze_window", None)
     assert job.spec is not None and job.record is not None
-    if analyze is None:
+    if analyze is None or not job.device_analysis:
         return summary
     found = guarded(
         job.capture.config.strict,

@@ -172,13 +172,17 @@ def ingest(
             "existing run, or leave --run-id out to create a new run"
         )
     record, ranks = spool_traces(files, prefix, local_dir, top_k)
-    if run_id is not None:
-        record.update(run_id=run_id)  # sync logs into it when the server is back
-    if reachable is not None:
-        raise ConnectionError(
-            f"{reachable}; the window is kept at {record.path} (pending): "
-            "`neuron-mlflow sync` uploads it later"
-        ) from reachable
-    target = run_id or sink.create_run(experiment, run_name="ingest", tags=record.manifest["tags"])
-    sink.upload(record, target)
+    try:  # claimed until uploaded: a `sync` running meanwhile leaves it alone
+        if run_id is not None:
+            record.update(run_id=run_id)  # sync logs into it when the server is back
+        if reachable is not None:
+            raise ConnectionError(
+                f"{reachable}; the window is kept at {record.path} (pending): "
+                "`neuron-mlflow sync` uploads it later"
+            ) from reachable
+        tags = record.manifest["tags"]
+        target = run_id or sink.create_run(experiment, run_name="ingest", tags=tags)
+        sink.upload(record, target)
+    finally:
+        record.release()
     return target, record, ranks

@@ -14,11 +14,13 @@ Example:
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from neuron_mlflow.capture.backends import BACKENDS
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.environment import TAG_PREFIX
 from neuron_mlflow.engine.finish import FinishJob, summarise_window
 from neuron_mlflow.engine.window import WindowSpec
 from neuron_mlflow.errors import NeuronMlflowError
@@ -63,7 +65,10 @@ def summarise_spooled(record: WindowRecord) -> None:
         last_recorded=facts["last"],
         wall_ns=round(float(manifest.get("wall_time_us") or 0.0) * 1000),
     )
-    session_dir = record.path.parents[len(Path(manifest["artifact_path"]).parts) - 1]
+    session_dir = next(
+        (p for p in record.path.parents if p.name == manifest.get("session")), record.path.parent
+    )
+    here, there = socket.gethostname(), manifest.get("tags", {}).get(f"{TAG_PREFIX}host")
     job = FinishJob(
         capture,
         manifest["prefix"],
@@ -72,6 +77,8 @@ def summarise_spooled(record: WindowRecord) -> None:
         status=record.status,
         partial=bool(facts.get("partial")),
         record=record,
+        # Explorer, the chip's peak and the core count are read from the host it runs on
+        device_analysis=there in (None, here),
     )
     job.spec = WindowSpec(
         strict=config.strict,
@@ -90,6 +97,11 @@ def summarise_spooled(record: WindowRecord) -> None:
         status="incomplete" if record.status == "incomplete" else "pending",
         error=manifest.get("error"),
     )
+    if not job.device_analysis and hasattr(job.capture.backend, "analyze_window"):
+        document.setdefault("errors", []).append(
+            f"device analysis (Explorer summary, MFU, verdict) skipped: summarised by sync on "
+            f"{here}, not on the training host {there}, whose chip, cores and tools it reads"
+        )
     summarise_window(job)
 
 

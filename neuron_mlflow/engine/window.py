@@ -168,6 +168,12 @@ def assemble_window(spool: Spool, session_dir: Path, spec: WindowSpec) -> Window
         spec: what the window is made of.
 
     Returns:
-        The spooled window.
+        The spooled window, claimed by this process until its ``release()`` (``sync`` leaves
+        it alone until then).
     """
-    return write_summary(spool_window(spool, session_dir, spec), spec)
+    record = spool_window(spool, session_dir, spec, claimed=True)
+    try:
+        return write_summary(record, spec)
+    except BaseException:
+        record.release()
+        raise

@@ -4,8 +4,8 @@ The process that spools a live window claims it (an exclusive ``flock`` on the w
 ``.lock`` file) until its background worker has summarised and uploaded it; ``sync`` claims
 each window before it touches it and leaves alone the ones a running job still holds. The
 operating system drops a claim when its process ends, however it ends, so a crashed job's
-windows are free for ``sync`` at once. Where ``fcntl`` does not exist (Windows) claims
-always succeed.
+windows are free for ``sync`` at once. Where ``fcntl`` does not exist (Windows), or the
+filesystem has no ``flock``, claims always succeed (nothing to coordinate with).
 
 Example:
     >>> import tempfile
@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +37,15 @@ class Claim:
 
     fd: int | None
 
+    def __del__(self) -> None:  # a claim dropped unreleased is released, never leaked
+        with contextlib.suppress(Exception):  # (at interpreter exit the OS does it)
+            self.release()
+
     def release(self) -> None:
         """Give the claim up."""
         fd, self.fd = self.fd, None
-        if fd is not None:
+        if fd is not None and fd in _held:
+            _held.discard(fd)
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -58,7 +64,26 @@ def claim(folder: Path) -> Claim | None:
     fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as exc:
         os.close(fd)
-        return None
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None  # held elsewhere
+        return Claim(None)  # a filesystem without flock (ENOSYS, ENOLCK...): no claims here
+    _held.add(fd)
     return Claim(fd)
+
+
+_held: set[int] = set()
+"""This process's claim descriptors: a forked child (a DataLoader worker) closes its copies,
+so that it never keeps a window claimed after the parent released it."""
+
+
+def _close_in_child() -> None:
+    for fd in list(_held):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)

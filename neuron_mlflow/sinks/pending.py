@@ -151,11 +151,15 @@ def _claim(records: list[WindowRecord], report: SyncReport) -> list[WindowRecord
     the ones held elsewhere go to ``report.busy``, the ones finished meanwhile are dropped."""
     held = []
     for record in records:
-        record.claim = claim(record.path)
-        if record.claim is None:
-            report.busy.append(str(record.path))
+        try:
+            record.claim = claim(record.path)
+            if record.claim is None:
+                report.busy.append(str(record.path))
+                continue
+            record.reload()
+        except OSError:  # gone since the listing (renamed into place, or deleted)
+            record.release()
             continue
-        record.reload()
         if record.status in ("pending", "incomplete"):
             held.append(record)
         else:

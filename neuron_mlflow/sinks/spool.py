@@ -183,9 +183,14 @@ class Spool:
             # The manifest goes in with the traces, then one rename puts both in place: a
             # crash leaves either the staged window (manifest and all) or the placed one.
             held = claim(staged) if claimed else None  # the claim moves with the folder
-            WindowRecord(path=staged, manifest=manifest).save()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staged, path)
+            try:
+                WindowRecord(path=staged, manifest=manifest).save()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, path)
+            except BaseException:
+                if held is not None:
+                    held.release()
+                raise
             return WindowRecord(path=path, manifest=manifest, claim=held)
         (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
         held = claim(path) if claimed else None
@@ -195,7 +200,11 @@ class Spool:
                 os.replace(staged / ARTIFACTS, path / ARTIFACTS)
             shutil.rmtree(staged, ignore_errors=True)
         record = WindowRecord(path=path, manifest=manifest, claim=held)
-        record.save()
+        try:
+            record.save()
+        except BaseException:
+            record.release()
+            raise
         return record
 
     def windows(self, *statuses: Status) -> Iterator[WindowRecord]:

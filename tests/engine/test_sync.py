@@ -5,6 +5,7 @@ uploaded trace), its summary files are written, and it is uploaded once."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import signal
 import subprocess
@@ -95,14 +96,19 @@ def test_a_window_whose_trace_cannot_be_summarised_stays_pending_and_the_rest_up
     assert metric_history(run_id, "profile/steps") == [(good.manifest["window"]["last"], 2.0)]
 
 
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same host", "other host"])
 def test_sync_summarises_a_neuron_window_where_no_neuron_sdk_is_installed(
-    tmp_path, tracking_uri
+    tmp_path, tracking_uri, elsewhere
 ) -> None:
     """The job ran on a (double of a) Trainium host; sync runs here, without torch_neuronx:
     the device time comes from the window's own trace, as the worker would have read it."""
     double = ROOT / "tests" / "neuron_double"
     env = {"PYTHONPATH": f"{double}{os.pathsep}{ROOT}", "NEURON_DOUBLE_DEVICE_TIME": "trace"}
     spool = _crash(tmp_path, tracking_uri, 1, "neuron", **env)
+    (record,) = list(Spool(spool).windows())
+    if elsewhere:  # the job ran on another host than this sync
+        record.manifest["tags"]["neuron_mlflow.host"] = "trn2-host-17"
+        record.save()
     assert main(["sync", "--local-dir", str(spool)]) == 0
     (record,) = list(Spool(spool).windows())
     run = MlflowClient().get_run(record.manifest["run_id"])
@@ -112,6 +118,13 @@ def test_sync_summarises_a_neuron_window_where_no_neuron_sdk_is_installed(
     assert metrics["profile/op/aten.mul/self_device_us"] > 0
     assert metrics["profile/device_time_us"] == pytest.approx(sum(per_op.values()))
     assert 0 < metrics["profile/device_busy_pct"] <= 100
+    document = json.loads((record.artifacts_dir / "summary.json").read_text())
+    skipped = [e for e in document["errors"] if "device analysis" in e]
+    if elsewhere:  # the chip's peak and core count would be this host's: not guessed
+        assert "profile/mfu_pct" not in metrics
+        assert len(skipped) == 1 and "trn2-host-17" in skipped[0], document["errors"]
+    else:
+        assert skipped == []
 
 
 def test_sync_leaves_a_running_jobs_windows_to_it_and_takes_them_once_it_is_killed(
