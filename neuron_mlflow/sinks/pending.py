@@ -69,8 +69,9 @@ def _group(record: WindowRecord) -> str:
 def _target_run(sink: MlflowSink, records: list[WindowRecord]) -> str:
     """The run a group of windows goes into: the original run if it exists, else the job's.
 
-    A group without a job id gets one, written into every manifest before the run is created,
-    so a sync killed in between finds the same run the next time.
+    A group without a job id gets one derived from the group, written into every manifest
+    before the run is created, so a later sync (after a crash, or for windows a running job
+    still held) finds the same run.
     """
     first = records[0].manifest
     original = next((r.manifest["run_id"] for r in records if r.manifest.get("run_id")), None)
@@ -78,7 +79,9 @@ def _target_run(sink: MlflowSink, records: list[WindowRecord]) -> str:
         return str(original)
     job_id = first.get("job_id")
     if not job_id:
-        job_id = f"sync-{uuid.uuid4().hex}"
+        # from the group (its original run, else its session): the windows a running job
+        # still held this time find the same run at a later sync
+        job_id = f"sync-{uuid.uuid5(uuid.NAMESPACE_URL, _group(records[0])).hex}"
         for record in records:
             record.update(job_id=job_id)
     owners = [r for r in records if not r.manifest.get("traces_only")] or records
