@@ -52,7 +52,6 @@ def spool_rank_metrics(
         kind="rank_metrics",
         summarised=True,
         claimed=True,  # until the worker has uploaded it (or at once, without an upload)
+        uploaded={"tags": True, "params": True, "metrics": False, "artifacts": True},
     )
-    record.manifest["uploaded"].update(params=True, tags=True, artifacts=True)
-    record.save()
     return record

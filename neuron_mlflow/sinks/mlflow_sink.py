@@ -33,13 +33,7 @@ from neuron_mlflow.sinks.spool import WindowRecord
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-__all__ = [
-    "METRICS_PER_CALL",
-    "PARAMS_PER_CALL",
-    "TAGS_PER_CALL",
-    "JOB_TAG",
-    "MlflowSink",
-]
+__all__ = ["METRICS_PER_CALL", "PARAMS_PER_CALL", "TAGS_PER_CALL", "JOB_TAG", "MlflowSink"]
 
 JOB_TAG = "neuron_mlflow.job_id"
 """Tag naming the job a run was created for by ``sync`` (one run per job, all ranks)."""

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from neuron_mlflow.sinks import reachability
 from neuron_mlflow.sinks.claims import claim
-from neuron_mlflow.sinks.mlflow_sink import JOB_TAG, MlflowSink
+from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 
-__all__ = ["JOB_TAG", "SyncReport", "upload_pending"]
+__all__ = ["SyncReport", "upload_pending"]
 
 
 def _summarise(record: WindowRecord, summarise: Callable[[WindowRecord], object] | None) -> None:
@@ -66,12 +66,12 @@ def _group(record: WindowRecord) -> str:
     return f"session:{manifest.get('session')}"
 
 
-def _target_run(sink: MlflowSink, records: list[WindowRecord]) -> str:
+def _target_run(sink: MlflowSink, key: str, records: list[WindowRecord]) -> str:
     """The run a group of windows goes into: the original run if it exists, else the job's.
 
-    A group without a job id gets one derived from the group, written into every manifest
-    before the run is created, so a later sync (after a crash, or for windows a running job
-    still held) finds the same run.
+    A group without a job id gets one derived from its ``key`` (:func:`_group`), written into
+    every manifest before the run is created, so a later sync (after a crash, or for windows
+    a running job still held) finds the same run.
     """
     first = records[0].manifest
     original = next((r.manifest["run_id"] for r in records if r.manifest.get("run_id")), None)
@@ -81,7 +81,7 @@ def _target_run(sink: MlflowSink, records: list[WindowRecord]) -> str:
     if not job_id:
         # from the group (its original run, else its session): the windows a running job
         # still held this time find the same run at a later sync
-        job_id = f"sync-{uuid.uuid5(uuid.NAMESPACE_URL, _group(records[0])).hex}"
+        job_id = f"sync-{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}"
         for record in records:
             record.update(job_id=job_id)
     owners = [r for r in records if not r.manifest.get("traces_only")] or records
@@ -111,7 +111,8 @@ def upload_pending(
 
     Each window goes into its original run when that run exists on the tracking server, else
     into the run of its job (every rank of an offline job shares one job id, decided by rank
-    0), created once and found again by its tag :data:`JOB_TAG`. Windows already done are never
+    0), created once and found again by its tag
+    :data:`~neuron_mlflow.sinks.mlflow_sink.JOB_TAG`. Windows already done are never
     uploaded again; a window cut short by a crash is resumed chunk by chunk.
 
     Args:
@@ -138,11 +139,11 @@ def upload_pending(
         return report
     sink = MlflowSink(tracking_uri)
     reachability.check_reachable(sink.tracking_uri, cached=False)
-    for group in groups.values():
+    for key, group in groups.items():
         records = _claim(group, report)
         try:
             if records:
-                _upload_group(sink, records, report, summarise)
+                _upload_group(sink, key, records, report, summarise)
         finally:
             for record in records:
                 record.release()
@@ -172,12 +173,13 @@ def _claim(records: list[WindowRecord], report: SyncReport) -> list[WindowRecord
 
 def _upload_group(
     sink: MlflowSink,
+    key: str,
     records: list[WindowRecord],
     report: SyncReport,
     summarise: Callable[[WindowRecord], object] | None,
 ) -> None:
     try:
-        run_id = _target_run(sink, records)
+        run_id = _target_run(sink, key, records)
     except Exception as exc:
         for record in records:
             report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
