@@ -3,9 +3,12 @@
 Layout under ``local_dir``::
 
     <session>/                             one per profiling session (time, host, pid, n)
-      .capture/window_<n>/traces/rank_<r>/ the profiler writes here while a window runs
+      .capture/window_<n>/artifacts/traces/rank_<r>/
+                                           the profiler writes here while a window runs;
+                                           at its end the folder is renamed to:
       <P>/step_<first>-<last>/
         manifest.json                      status, target run, metrics, params, tags
+        .lock                              the claim (:mod:`neuron_mlflow.sinks.claims`)
         artifacts/                         uploaded as MLflow artifacts under P/step_.../
           summary.md  summary.json  ops.csv  op_keys.json
           traces/rank_<r>/...              the profiler's output tree, as written
