@@ -88,8 +88,9 @@ def test_key_averages_rows_are_shaped_like_the_sdk(tmp_path) -> None:
         "    _ = torch.ones(4) * 2\n"
         "print(prof.key_averages().table(sort_by='self_device_time_total'))\n"
         "rows = [r for r in prof.key_averages() if r.key == 'aten::mul']\n"
-        "print('DEVICE_ROWS', sorted(str(r.device_type) for r in rows),"
-        " sorted(r.self_device_time_total for r in rows))\n"
+        "import json\n"
+        "print('DEVICE_ROWS=' + json.dumps([sorted(str(r.device_type) for r in rows),"
+        " sorted(r.self_device_time_total for r in rows)]))\n"
     )
     out = run_python(
         ["-c", code],
@@ -98,7 +99,10 @@ def test_key_averages_rows_are_shaped_like_the_sdk(tmp_path) -> None:
         NEURON_DOUBLE_DEVICE_TIME="key_averages",
     )
     assert "Self NEURON" in out and "Self NEURON time total" in out
-    assert "DEVICE_ROWS ['DeviceType.CPU', 'DeviceType.NEURON'] [100.0, 100.0]" in out
+    line = next(line for line in out.splitlines() if line.startswith("DEVICE_ROWS="))
+    device_types, self_device_us = json.loads(line.split("=", 1)[1])
+    assert device_types == ["DeviceType.CPU", "DeviceType.NEURON"]
+    assert self_device_us == pytest.approx([US_PER_OP, US_PER_OP])
 
 
 def test_an_sdk_without_correlate_device_time_is_told_once_and_tagged(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -66,6 +67,7 @@ def test_python_dash_w_error_never_turns_our_warning_into_an_exception(tmp_path)
     script.write_text(
         textwrap.dedent(
             f"""
+            import json
             import torch
             import neuron_mlflow as nm
 
@@ -74,7 +76,7 @@ def test_python_dash_w_error_never_turns_our_warning_into_an_exception(tmp_path)
             def step(i):
                 return torch.ones(2) * i
 
-            print("RESULT", [float(step(i).sum()) for i in range(4)])
+            print("RESULT=" + json.dumps([float(step(i).sum()) for i in range(4)]))
             """
         )
     )
@@ -88,7 +90,8 @@ def test_python_dash_w_error_never_turns_our_warning_into_an_exception(tmp_path)
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "RESULT [0.0, 2.0, 4.0, 6.0]" in result.stdout
+    line = next(x for x in result.stdout.splitlines() if x.startswith("RESULT="))
+    assert json.loads(line.split("=", 1)[1]) == pytest.approx([0.0, 2.0, 4.0, 6.0])
     assert "profiling is off" in result.stderr, "the log record is the report"
 
 
