@@ -28,6 +28,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from neuron_mlflow.config.params import applicable, flatten, parse_size
 from neuron_mlflow.config.validation import _StrictModel, _validate_readably
 from neuron_mlflow.errors import ConfigError
 
@@ -165,6 +166,11 @@ class ProfilerConfig(BaseSettings):
         top_k: number of operators (by device time, else CPU time) logged as MLflow metrics.
         metric_prefix: ``P`` in every metric name ``P/...``.
         local_dir: the local spool: every window is written here before upload.
+        keep_local: keep a window's trace files in the spool after MLflow confirmed its
+            upload (by default they are removed; the window's manifest always stays).
+        local_max_bytes: cap on the spool's trace files (bytes, or ``"500MB"``, ``"2GiB"``):
+            the oldest uploaded windows' files go first; ``None``: no cap. Nothing that has
+            not been uploaded is ever removed.
         upload_traces: upload the trace files too (summaries are always uploaded).
         experiment_name: MLflow experiment of a run that neuron-mlflow creates.
         run_name: name of a run that neuron-mlflow creates.
@@ -212,6 +218,12 @@ class ProfilerConfig(BaseSettings):
     local_dir: Path = Field(
         Path("./neuron_mlflow_traces"), description="local spool directory (path)"
     )
+    keep_local: bool = Field(
+        False, description="keep trace files in the spool after a confirmed upload"
+    )
+    local_max_bytes: int | None = Field(
+        None, ge=0, description="cap on the spool's uploaded trace files (bytes); None: no cap"
+    )
     upload_traces: bool = Field(True, description="upload trace files as artifacts")
     experiment_name: str | None = Field(None, description="experiment for runs we create")
     run_name: str | None = Field(None, description="name of runs we create")
@@ -230,6 +242,11 @@ class ProfilerConfig(BaseSettings):
         if any(part in {".", ".."} for part in value.split("/")):
             raise ValueError("path segments '.' and '..' are not allowed")
         return value
+
+    @field_validator("local_max_bytes", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> int | None:
+        return parse_size(value)
 
     @classmethod
     def settings_customise_sources(
@@ -273,14 +290,27 @@ class ProfilerConfig(BaseSettings):
             >>> ProfilerConfig(backend="cpu").flat_params()["schedule.active"]
             '3'
         """
-        out: dict[str, str] = {}
+        return flatten(self.model_dump(mode="json"))
 
-        def walk(prefix: str, value: Any) -> None:
-            if isinstance(value, dict):
-                for key, inner in value.items():
-                    walk(f"{prefix}.{key}" if prefix else key, inner)
-            else:
-                out[prefix] = str(value)
+    def applicable_params(self, backend: str) -> dict[str, str]:
+        """Like :meth:`flat_params`, only the fields that apply to ``backend``'s windows.
 
-        walk("", self.model_dump(mode="json"))
-        return out
+        ``backend`` is the name of the backend the window was captured with (``"cpu"``,
+        ``"cuda"``, ``"neuron"``). ``neuron.*`` fields apply only to ``"neuron"``; a field set
+        away from its default is kept wherever it applies, so nothing the user chose is hidden.
+
+        Raises:
+            ConfigError: ``backend`` is not a backend name (the message names the value).
+
+        Example:
+            >>> cfg = ProfilerConfig(backend="cpu")
+            >>> [k for k in cfg.applicable_params("cpu") if k.startswith("neuron.")]
+            []
+            >>> "neuron.modes" in cfg.applicable_params("neuron")
+            True
+        """
+        defaults = flatten(type(self).model_construct().model_dump(mode="json"))
+        try:
+            return applicable(self.flat_params(), defaults, backend)
+        except ValueError as err:
+            raise ConfigError(f"applicable_params: {err}") from None

@@ -1,0 +1,117 @@
+"""The configuration as MLflow params, and byte sizes as people write them.
+
+:func:`flatten` turns a dumped config into dotted keys with string values (every field);
+:func:`applicable` keeps the fields that apply to one backend (``neuron.*`` only on a Neuron
+window) plus every field set away from its default, wherever it applies: a CPU run's params
+list what shaped that run, not 27 Neuron options it never used. The whole configuration stays
+in the window's ``config.json`` artifact.
+
+Example:
+    >>> flatten({"schedule": {"active": 3}, "top_k": 20})
+    {'schedule.active': '3', 'top_k': '20'}
+    >>> parse_size("500MB"), parse_size("1 GiB"), parse_size(4096)
+    (500000000, 1073741824, 4096)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+BACKEND_NAMES = ("cpu", "cuda", "neuron")
+"""Backend names a window is captured with (``capture.backends.*.name``)."""
+
+ONLY_ON_BACKEND = {"neuron.": "neuron"}
+"""Dotted field prefix -> the one backend those fields apply to."""
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def flatten(document: dict[str, Any]) -> dict[str, str]:
+    """Nested ``model_dump(mode="json")`` output as ``{"a.b": "value"}``, every leaf a string."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, inner)
+        else:
+            out[prefix] = str(value)
+
+    walk("", document)
+    return out
+
+
+def applies_to(field: str, backend: str) -> bool:
+    """Whether the dotted ``field`` means anything on a window captured with ``backend``.
+
+    Example:
+        >>> applies_to("neuron.modes", "cpu"), applies_to("neuron.modes", "neuron")
+        (False, True)
+        >>> applies_to("schedule.active", "cuda")
+        True
+    """
+    return all(
+        backend == only for prefix, only in ONLY_ON_BACKEND.items() if field.startswith(prefix)
+    )
+
+
+def applicable(params: dict[str, str], defaults: dict[str, str], backend: str) -> dict[str, str]:
+    """The flat ``params`` that apply to ``backend``, plus every one away from ``defaults``.
+
+    Raises:
+        ValueError: ``backend`` is not one of :data:`BACKEND_NAMES` (the message names it).
+
+    Example:
+        >>> applicable({"top_k": "20", "neuron.modes": "['device']"},
+        ...            {"top_k": "20", "neuron.modes": "['device']"}, "cpu")
+        {'top_k': '20'}
+        >>> applicable({"top_k": "20", "neuron.modes": "['runtime']"},
+        ...            {"top_k": "20", "neuron.modes": "['device']"}, "cpu")
+        {'top_k': '20', 'neuron.modes': "['runtime']"}
+    """
+    if backend not in BACKEND_NAMES:
+        raise ValueError(
+            f"unknown backend {backend!r}: expected the backend a window was captured with, "
+            f"one of {', '.join(map(repr, BACKEND_NAMES))}"
+        )
+    return {
+        key: value
+        for key, value in params.items()
+        if applies_to(key, backend) or defaults.get(key) != value
+    }
+
+
+def parse_size(value: Any) -> int | None:
+    """A byte count from an int or a string such as ``"500MB"``, ``"2 GiB"``, ``"1048576"``.
+
+    ``None``, ``""`` and ``"none"`` mean no limit (``None``). Decimal units are powers of
+    1000 (KB, MB, GB, TB), binary ones powers of 1024 (KiB, MiB, GiB, TiB).
+
+    Raises:
+        ValueError: the value is not a size; the message names it and the accepted forms.
+    """
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        if value.strip().lower() in {"", "none"}:
+            return None
+        match = _SIZE.match(value)
+        if match and match.group(2).upper() in _UNITS:
+            return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    raise ValueError(
+        f"{value!r} is not a size in bytes: write a whole number of bytes (1048576) or a number"
+        " with a unit (500MB, 2GiB; KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024)"
+    )
