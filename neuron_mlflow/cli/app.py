@@ -20,8 +20,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from neuron_mlflow.cli.parser import build_parser
+
+if TYPE_CHECKING:
+    from neuron_mlflow.sinks.pending import SyncReport
 
 # Each verb imports what it needs when it runs: `summarize` stays free of mlflow, pydantic and
 # torch, so it starts fast and small.
@@ -210,14 +214,39 @@ def _compare(args: argparse.Namespace) -> int:
 def _sync(args: argparse.Namespace) -> int:
     from neuron_mlflow.config import ProfilerConfig
     from neuron_mlflow.engine.sync import sync_pending
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
 
     local_dir = args.local_dir or str(ProfilerConfig().local_dir)
     try:
         report = sync_pending(local_dir, include_incomplete=args.include_incomplete)
     except ConnectionError as exc:
         print(f"neuron-mlflow sync: {exc}; nothing was uploaded", file=sys.stderr)
-        return EXIT_FAILURE
+        code = EXIT_FAILURE
+    else:
+        code = _sync_report(report)
+    if args.prune:  # what was uploaded before (or just now) loses its trace files
+        _prune(local_dir)
+    return code
+
+
+def _prune(local_dir: str) -> None:
+    """``sync --prune``: free the trace files of every uploaded window; say what stayed."""
+    from neuron_mlflow.sinks.spool_cleanup import prune
+
+    pruned = prune(local_dir)
+    for path, reason in pruned.kept:
+        print(f"kept {path}: {reason}", file=sys.stderr)
+    if pruned.pruned:
+        print(
+            f"freed {pruned.freed_bytes / 1e6:.1f} MB: the trace files of "
+            f"{len(pruned.pruned)} uploaded windows (their records stay)"
+        )
+    else:
+        print("no trace files of uploaded windows to free")
+
+
+def _sync_report(report: SyncReport) -> int:
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+
     for path in report.skipped:
         print(f"skipped (incomplete): {path}", file=sys.stderr)
     for path in report.busy:

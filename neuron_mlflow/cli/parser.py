@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also upload windows that were interrupted by an exception",
     )
+    sync.add_argument(
+        "--prune",
+        action="store_true",
+        help="then remove the trace files of every uploaded window from the spool (their "
+        "manifests and summaries stay; nothing that was not uploaded is removed)",
+    )
     compare = verbs.add_parser(
         "compare",
         help="compare profiled runs: headline metrics and per-op changes vs a baseline",

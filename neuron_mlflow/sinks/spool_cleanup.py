@@ -1,0 +1,223 @@
+"""Spool clean-up: an uploaded window's trace files leave the spool; its record stays.
+
+A window's traces are its heavy part (hundreds of MB on a Trainium host). Once MLflow has
+confirmed a window's artifacts (manifest ``status == "done"``), the trace files it confirmed
+(``progress.artifact_files`` under ``artifacts/traces/``) are removed, unless
+``keep_local``; the manifest, the summaries and ``report.html`` stay, so ``sync`` still knows
+the window was uploaded and the summary is still readable offline. ``local_max_bytes`` caps
+the whole spool: the oldest uploaded windows' trace files go first.
+
+Never removed: anything of a window that is not ``done`` (pending, interrupted, failed
+uploads), a trace file the manifest does not list as confirmed (``upload_traces=False`` keeps
+traces only here), and the windows a running process still claims
+(:mod:`neuron_mlflow.sinks.claims`).
+
+Example:
+    >>> import tempfile
+    >>> prune(tempfile.mkdtemp()).freed_bytes
+    0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neuron_mlflow.sinks.claims import claim
+from neuron_mlflow.sinks.spool import MANIFEST, Spool, WindowRecord
+
+TRACES = "traces"
+"""The folder under a window's ``artifacts/`` that holds the profiler's output."""
+
+
+@dataclass
+class PruneReport:
+    """What a clean-up removed and what it kept.
+
+    Attributes:
+        pruned: window folders whose uploaded trace files were removed.
+        freed_bytes: bytes those files took.
+        kept: ``(window folder, reason)`` for windows whose traces stay.
+    """
+
+    pruned: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
+    kept: list[tuple[str, str]] = field(default_factory=list)
+
+
+def uploaded_trace_files(record: WindowRecord) -> list[Path]:
+    """The window's trace files that MLflow confirmed (absolute paths); ``[]`` unless done.
+
+    A file counts when the window is ``done``, its artifacts are marked uploaded, and the
+    file is in the manifest's ``progress.artifact_files`` (a manifest without that list:
+    when traces were uploaded at all, ``upload_traces``).
+    """
+    manifest = record.manifest
+    if manifest.get("status") != "done" or not record.is_uploaded("artifacts"):
+        return []
+    traces = record.artifacts_dir / TRACES
+    if not traces.is_dir():
+        return []
+    confirmed = (manifest.get("progress") or {}).get("artifact_files")
+    files = sorted(p for p in traces.rglob("*") if p.is_file())
+    if confirmed is None:
+        return files if manifest.get("upload_traces", True) else []
+    names = set(confirmed)
+    return [p for p in files if p.relative_to(record.artifacts_dir).as_posix() in names]
+
+
+def _why_kept(record: WindowRecord) -> str | None:
+    status = record.manifest.get("status")
+    if status != "done":
+        return f"status {status}: not uploaded"
+    traces = record.artifacts_dir / TRACES
+    if traces.is_dir() and any(p.is_file() for p in traces.rglob("*")):
+        if not uploaded_trace_files(record):
+            return "its traces were never uploaded (upload_traces off): the only copy"
+        return "some trace files were never uploaded: the only copy"
+    return None
+
+
+def remove_uploaded_traces(record: WindowRecord) -> int:
+    """Remove the window's confirmed trace files (and folders left empty); bytes freed."""
+    freed = 0
+    for path in uploaded_trace_files(record):
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        freed += size
+    traces = record.artifacts_dir / TRACES
+    if traces.is_dir():
+        for folder in sorted((p for p in traces.rglob("*") if p.is_dir()), reverse=True):
+            _rmdir_if_empty(folder)
+        _rmdir_if_empty(traces)
+    return freed
+
+
+def _rmdir_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty (a file that was not uploaded), or gone
+        folder.rmdir()
+
+
+def _spool_root(window_dir: Path, record: WindowRecord) -> Path | None:
+    """``local_dir`` of a window folder: the parent of its session folder."""
+    session = record.manifest.get("session")
+    for parent in window_dir.parents:
+        if parent.name == session:
+            return parent.parent
+    return None
+
+
+def spool_bytes(local_dir: Path) -> int:
+    """Bytes of every file under the spool folder."""
+    total = 0
+    for folder, _dirs, files in os.walk(local_dir):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _done_oldest_first(local_dir: Path) -> Iterator[WindowRecord]:
+    records = list(Spool(local_dir).windows("done"))
+    records.sort(key=lambda r: (int(r.manifest.get("captured_ms") or 0), str(r.path)))
+    yield from records
+
+
+def enforce_cap(
+    local_dir: Path, max_bytes: int, holding: Path | None = None, report: PruneReport | None = None
+) -> PruneReport:
+    """Remove uploaded windows' trace files, oldest first, until the spool is ``max_bytes``
+    or less (or no uploaded trace is left). ``holding``: a window this process already
+    claims (cleaned without claiming again)."""
+    report = report or PruneReport()
+    total = spool_bytes(local_dir)
+    for record in _done_oldest_first(local_dir):
+        if total <= max_bytes:
+            break
+        freed = _clean_claimed(record, holding, report)
+        total -= freed
+    return report
+
+
+def _clean_claimed(record: WindowRecord, holding: Path | None, report: PruneReport) -> int:
+    """Claim the window (unless ``holding`` it), re-read its manifest and remove its uploaded
+    traces; records the outcome in ``report``. Returns bytes freed."""
+    held = None
+    if holding is None or record.path.resolve() != holding.resolve():
+        held = claim(record.path)
+        if held is None:
+            report.kept.append((str(record.path), "busy: a running process holds it"))
+            return 0
+    try:
+        record.reload()
+        if not uploaded_trace_files(record):
+            reason = _why_kept(record)
+            if reason is not None:
+                report.kept.append((str(record.path), reason))
+            return 0
+        freed = remove_uploaded_traces(record)
+    finally:
+        if held is not None:
+            held.release()
+    report.pruned.append(str(record.path))
+    report.freed_bytes += freed
+    return freed
+
+
+def cleanup_after_upload(window_dir: Path, keep_local: bool, local_max_bytes: int | None) -> None:
+    """After MLflow confirmed a window's upload: remove its trace files (unless
+    ``keep_local``), then hold the spool to ``local_max_bytes`` (oldest uploaded first).
+
+    Call it from the process that holds the window's claim, once its manifest says
+    ``done``. A window that is not ``done`` keeps everything. Never raises for a window or
+    file that is gone.
+
+    Args:
+        window_dir: the window's spool folder (``WindowRecord.path``).
+        keep_local: ``ProfilerConfig.keep_local``.
+        local_max_bytes: ``ProfilerConfig.local_max_bytes`` (``None``: no cap).
+    """
+    window_dir = Path(window_dir)
+    if not (window_dir / MANIFEST).is_file():
+        return
+    record = WindowRecord.load(window_dir)
+    if record.status != "done":
+        return
+    if not keep_local:
+        remove_uploaded_traces(record)
+    if local_max_bytes is not None:
+        root = _spool_root(window_dir, record)
+        if root is not None:
+            enforce_cap(root, local_max_bytes, holding=window_dir)
+
+
+def prune(local_dir: str | os.PathLike[str], max_bytes: int | None = None) -> PruneReport:
+    """Clean an existing spool: remove every uploaded window's trace files (``max_bytes``:
+    only the oldest, until the spool fits). What was not uploaded stays, and each window
+    left with trace files is listed in ``report.kept`` with the reason.
+
+    Example:
+        >>> import tempfile
+        >>> report = prune(tempfile.mkdtemp())
+        >>> report.pruned, report.kept
+        ([], [])
+    """
+    root = Path(local_dir)
+    report = PruneReport()
+    if max_bytes is not None:
+        return enforce_cap(root, max_bytes, report=report)
+    for record in Spool(root).windows():
+        if record.manifest.get("status") != "done":
+            if (record.artifacts_dir / TRACES).is_dir():
+                report.kept.append((str(record.path), _why_kept(record) or "not uploaded"))
+            continue
+        _clean_claimed(record, None, report)
+    return report

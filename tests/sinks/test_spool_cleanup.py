@@ -1,0 +1,181 @@
+"""A spool that cleans up after itself: uploaded windows lose their trace files, nothing else.
+
+Real windows from real profiled jobs, uploaded to the shared SQLite store (``done``), left
+pending by an unreachable server, or half uploaded by an artifact store that refuses files.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+import neuron_mlflow as nm
+from neuron_mlflow.cli import main
+from neuron_mlflow.sinks.spool import Spool, WindowRecord
+from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload, prune, spool_bytes
+from tests.conftest import free_port
+from tests.helpers import inputs, rmsnorm_naive
+
+
+def _job(spool: Path, windows: int = 1, **kwargs) -> nm.Profiler:
+    """Profile ``windows`` windows of the naive RMSNorm into ``spool``; wait for the worker."""
+    profiled = nm.profile(
+        backend="cpu",
+        schedule=nm.Schedule(warmup=0, active=2, repeat=windows),
+        local_dir=spool,
+        keep_local=True,  # what the job leaves behind, whatever the engine cleans by default
+        **kwargs,
+    )(rmsnorm_naive)
+    x, w = inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nm.NeuronMlflowWarning)
+        for _ in range(2 * windows):
+            profiled(x, w)
+        profiled.profiler.session.wait()
+    return profiled.profiler
+
+
+def _offline_job(spool: Path, monkeypatch) -> None:
+    """One window profiled while the tracking server is unreachable: it stays pending."""
+    with monkeypatch.context() as env:
+        env.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
+        _job(spool, strict=False)
+
+
+def _traces(record: WindowRecord) -> list[Path]:
+    folder = record.artifacts_dir / "traces"
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+
+
+def _by_status(spool: Path) -> dict[str, list[WindowRecord]]:
+    out: dict[str, list[WindowRecord]] = {}
+    for record in Spool(spool).windows():
+        out.setdefault(record.status, []).append(record)
+    return out
+
+
+def test_prune_frees_uploaded_windows_and_nothing_else(tmp_path, monkeypatch, capsys) -> None:
+    spool = tmp_path / "spool"
+    _job(spool, windows=2)
+    _offline_job(spool, monkeypatch)
+    windows = _by_status(spool)
+    assert len(windows["done"]) == 2 and len(windows["pending"]) == 1
+    assert all(_traces(r) for r in windows["done"] + windows["pending"])
+    (pending,) = windows["pending"]
+    pending_files = {p: p.read_bytes() for p in pending.path.rglob("*") if p.is_file()}
+    before = spool_bytes(spool)
+
+    report = prune(spool)
+
+    assert sorted(report.pruned) == sorted(str(r.path) for r in windows["done"])
+    assert report.freed_bytes > 0 and spool_bytes(spool) <= before - report.freed_bytes
+    assert report.kept == [(str(pending.path), "status pending: not uploaded")]
+    for record in windows["done"]:
+        assert _traces(record) == [], "an uploaded window's traces are gone"
+        record.reload()
+        assert record.status == "done", "its manifest stays: sync still knows it was uploaded"
+        assert (record.artifacts_dir / "summary.md").is_file(), "its summaries stay"
+    after = {p: p.read_bytes() for p in pending.path.rglob("*") if p.is_file()}
+    assert after == pending_files, "a window that was not uploaded keeps every file"
+
+    assert main(["sync", "--local-dir", str(spool)]) == 0
+    assert "uploaded" in capsys.readouterr().out, "the pending window still uploads"
+    assert prune(spool).pruned == [str(pending.path)]
+
+
+def test_sync_prune_uploads_then_frees_every_uploaded_window(tmp_path, monkeypatch, capsys) -> None:
+    spool = tmp_path / "spool"
+    _job(spool)
+    _offline_job(spool, monkeypatch)
+    assert main(["sync", "--prune", "--local-dir", str(spool)]) == 0
+    out = capsys.readouterr().out
+    assert "uploaded" in out and "freed" in out and "2 uploaded windows" in out
+    windows = _by_status(spool)
+    assert list(windows) == ["done"] and len(windows["done"]) == 2
+    assert all(_traces(r) == [] for r in windows["done"])
+    assert main(["sync", "--prune", "--local-dir", str(spool)]) == 0
+    assert "no trace files of uploaded windows" in capsys.readouterr().out
+
+
+def test_cleanup_after_upload_removes_the_traces_unless_keep_local(tmp_path) -> None:
+    spool = tmp_path / "spool"
+    _job(spool, windows=2)
+    first, second = Spool(spool).windows("done")
+    traces = _traces(second)
+
+    cleanup_after_upload(second.path, keep_local=True, local_max_bytes=None)
+    assert _traces(second) == traces, "keep_local keeps every trace file"
+
+    cleanup_after_upload(second.path, keep_local=False, local_max_bytes=None)
+    assert _traces(second) == []
+    assert (second.path / "manifest.json").is_file() and _traces(first), "only that window"
+
+
+def test_the_size_cap_removes_the_oldest_uploaded_windows_first(tmp_path) -> None:
+    spool = tmp_path / "spool"
+    _job(spool, windows=3)
+    oldest, middle, newest = Spool(spool).windows("done")
+    cap = spool_bytes(spool) - 1  # one window's traces must go: the oldest
+
+    cleanup_after_upload(newest.path, keep_local=True, local_max_bytes=cap)
+
+    assert _traces(oldest) == [] and _traces(middle) and _traces(newest)
+    assert spool_bytes(spool) <= cap
+
+
+def _files(record: WindowRecord) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in record.path.rglob("*") if p.is_file()}
+
+
+def test_a_failed_upload_keeps_everything(tmp_path, monkeypatch) -> None:
+    """The tracking server cannot be reached: the window stays pending, every file stays."""
+    spool = tmp_path / "spool"
+    _offline_job(spool, monkeypatch)
+    (record,) = Spool(spool).windows()
+    assert record.status == "pending" and _traces(record)
+    files = _files(record)
+
+    cleanup_after_upload(record.path, keep_local=False, local_max_bytes=0)
+    report = prune(spool)
+    assert prune(spool, max_bytes=0).pruned == []
+
+    assert report.pruned == [] and report.freed_bytes == 0
+    assert _files(record) == files
+
+
+def test_a_half_uploaded_window_keeps_everything(tmp_path) -> None:
+    """The artifact store refuses files: metrics landed, artifacts did not, nothing goes."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the artifact store expects a folder")
+    client = MlflowClient()
+    experiment_id = client.create_experiment("refused", artifact_location=str(blocker / "art"))
+    run = client.create_run(experiment_id)
+    spool = tmp_path / "spool"
+    _job(spool, strict=False, run_id=run.info.run_id)
+    (record,) = Spool(spool).windows()
+    assert record.status == "pending" and record.manifest["uploaded"]["metrics"] is True
+    assert _traces(record)
+    files = _files(record)
+
+    cleanup_after_upload(record.path, keep_local=False, local_max_bytes=0)
+    report = prune(spool)
+    assert prune(spool, max_bytes=0).pruned == []
+
+    assert report.pruned == [] and report.freed_bytes == 0
+    assert _files(record) == files
+
+
+def test_traces_that_were_never_uploaded_stay(tmp_path) -> None:
+    """upload_traces=False: the spool holds the only copy of the traces."""
+    spool = tmp_path / "spool"
+    _job(spool, upload_traces=False)
+    (record,) = Spool(spool).windows("done")
+    traces = _traces(record)
+    assert traces
+    cleanup_after_upload(record.path, keep_local=False, local_max_bytes=0)
+    report = prune(spool)
+    assert _traces(record) == traces
+    ((path, reason),) = report.kept
+    assert path == str(record.path) and "never uploaded" in reason
