@@ -10,6 +10,8 @@ name                                        meaning
 ``P/wall_time_us``                          wall-clock time per profiled step
 ``P/op_calls``                              top-level operator dispatches per profiled step
 ``P/steps``                                 profiled steps in the window
+``P/<time>_p50``, ``P/<time>_iqr``          per-step median and IQR of ``<time>`` (wall, CPU,
+                                            device time), from the window's ``steps.jsonl``
 ``P/op/<key>/self_device_us``               self device time of one op per step
 ``P/op/<key>/self_cpu_us``                  self CPU time of one op per step
 ``P/op/<key>/calls``                        calls of one op per step
@@ -144,6 +146,17 @@ def trace_folder(rank: int) -> str:
 
 REPORT_FILE = "report.html"  # a window's interactive report, next to its summary.md
 COMPARISON_HTML, COMPARISON_MARKDOWN = "comparison.html", "comparison.md"  # compare --log-to
+STEPS_FILE = "steps.jsonl"  # a window's per-step samples (neuron_mlflow/trace/step_samples.py)
+STEP_STATS_KEY = "step_stats"
+"""Key, in ``OpSummary.extra``, of the per-step median and IQR of the headline times."""
+HOST_LOAD_TAGS = {
+    "load_avg_1m": "neuron_mlflow.host_load.load_avg_1m",
+    "cpu_steal_pct": "neuron_mlflow.host_load.cpu_steal_pct",
+    "cpu_count": "neuron_mlflow.host_load.cpu_count",
+    "torch_threads": "neuron_mlflow.host_load.torch_threads",
+}
+"""Run tags of the host's load during a window (``engine/host_load.py``; ``compare`` warns
+when two sides differ)."""
 
 
 def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
@@ -184,6 +197,9 @@ def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, flo
             metrics[metric_key(prefix, "op", key, "self_device_us")] = op.self_device_us
             metrics[metric_key(prefix, "op", key, "device_pct")] = op.device_pct or 0.0
     metrics.update(extra_metrics(summary, prefix, top_k))
+    for name, stats in (summary.extra.get(STEP_STATS_KEY) or {}).items():
+        metrics[metric_key(prefix, f"{name}_p50")] = stats["p50"]  # per-step median
+        metrics[metric_key(prefix, f"{name}_iqr")] = stats["iqr"]  # and spread
     return metrics
 
 

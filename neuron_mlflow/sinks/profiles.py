@@ -1,4 +1,10 @@
-"""Read run profiles back from MLflow: the metric prefixes of a run and its latest window.
+"""Read run profiles back from MLflow: the metric prefixes of a run, its latest window (the
+values shown) and every window's per-step samples (what ``compare`` decides from).
+
+Samples per window, best first: its ``steps.jsonl`` (per step); else its ``summary.json`` (the
+window's per-step mean, one value); a run without window artifacts gives one value per logged
+window from the metric history of its headline metrics. With one value per window, a run needs
+3 windows a side for a verdict (:mod:`neuron_mlflow.summary.statistics`).
 
 Example:
     >>> profile_prefixes(["profile/op_calls", "loss"])
@@ -7,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from collections.abc import Iterable
@@ -14,7 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.errors import CompareError
-from neuron_mlflow.summary.comparison import HEADLINE, RunProfile
+from neuron_mlflow.naming import HOST_LOAD_TAGS, STEPS_FILE
+from neuron_mlflow.summary.comparison import (
+    HEADLINE,
+    SAMPLED,
+    RunProfile,
+    RunSamples,
+    op_series,
+    stable_op_names,
+)
+from neuron_mlflow.trace.step_samples import read_step_samples
+
+OP_FIELDS = ("self_device_us", "self_cpu_us", "calls")
 
 
 def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
@@ -32,21 +50,130 @@ def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
     )
 
 
-def _latest_summary(client: Any, run_id: str, prefix: str) -> dict | None:
+def _windows(client: Any, run_id: str, prefix: str) -> list[str]:
+    """The run's window folders under ``prefix``, oldest first."""
     try:
         folders = [a.path for a in client.list_artifacts(run_id, prefix) if a.is_dir]
-        windows = sorted(f for f in folders if f.rsplit("/", 1)[-1].startswith("step_"))
-        if not windows:
-            return None
-        with tempfile.TemporaryDirectory(prefix="neuron-mlflow-profile-") as tmp:
-            local = client.download_artifacts(run_id, f"{windows[-1]}/summary.json", tmp)
-            return json.loads(Path(local).read_text())
+    except Exception:
+        return []
+    return sorted(f for f in folders if f.rsplit("/", 1)[-1].startswith("step_"))
+
+
+def _read(client: Any, run_id: str, path: str, tmp: str) -> str | None:
+    try:
+        return Path(client.download_artifacts(run_id, path, tmp)).read_text(encoding="utf-8")
     except Exception:
         return None
 
 
+def _window_samples(
+    client: Any, run_id: str, window: str, tmp: str
+) -> tuple[dict[str, list[float]], dict[str, str], dict | None]:
+    """One window: series -> per-step values, raw op name -> key, and its summary.json."""
+    files = set()
+    with contextlib.suppress(Exception):
+        files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(run_id, window)}
+    summary = None
+    if "summary.json" in files:
+        text = _read(client, run_id, f"{window}/summary.json", tmp)
+        if text is not None:
+            try:
+                summary = json.loads(text)["summary"]
+            except (ValueError, KeyError, TypeError):
+                summary = None
+    series: dict[str, list[float]] = {}
+    keys: dict[str, str] = {}
+    text = _read(client, run_id, f"{window}/{STEPS_FILE}", tmp) if STEPS_FILE in files else None
+    if text:
+        heads, ops = read_step_samples(text)
+        heads.sort(key=lambda r: r["step"])
+        for metric in SAMPLED:
+            values = [float(r[metric]) for r in heads if r.get(metric) is not None]
+            if values:
+                series[metric] = values
+        by_op: dict[str, dict[int, dict]] = {}
+        for row in ops:
+            keys[row["op"]] = row.get("key") or row["op"]
+            by_op.setdefault(keys[row["op"]], {})[row["step"]] = row
+        for key, rows in by_op.items():
+            for field_name in OP_FIELDS:
+                values = [
+                    float(rows[h["step"]].get(field_name) or 0.0) if h["step"] in rows else 0.0
+                    for h in heads
+                ]
+                if any(rows[s].get(field_name) is not None for s in rows):
+                    series[op_series(key, field_name)] = values
+    elif summary is not None:  # a window logged before steps.jsonl: its mean, one value
+        for metric in SAMPLED:
+            if summary.get(metric) is not None:
+                series[metric] = [float(summary[metric])]
+        names = [op["name"] for op in summary.get("ops") or []]
+        keys = stable_op_names(names)
+        for op in summary.get("ops") or []:
+            for field_name in OP_FIELDS:
+                if op.get(field_name) is not None:
+                    series[op_series(keys[op["name"]], field_name)] = [float(op[field_name])]
+    return series, keys, summary
+
+
+def _history_samples(client: Any, run_id: str, prefix: str, metrics: dict) -> RunSamples:
+    """A run without window artifacts: one value per logged window, from the metric history."""
+    samples: RunSamples = {}
+    for metric in SAMPLED:
+        key = f"{prefix}/{metric}"
+        if key not in metrics:
+            continue
+        try:
+            history = client.get_metric_history(run_id, key)
+            values = [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
+        except Exception:
+            values = [metrics[key]]
+        samples[metric] = [[v] for v in values]
+    start = f"{prefix}/op/"
+    for name, value in metrics.items():
+        if name.startswith(start):
+            key, field_name = name[len(start) :].rsplit("/", 1)
+            if field_name in OP_FIELDS:
+                samples[op_series(key, field_name)] = [[value]]
+    return samples
+
+
+def _read_run(
+    client: Any, run_id: str, prefix: str, metrics: dict
+) -> tuple[RunSamples, dict[str, dict[str, float]]]:
+    """Every window's samples of the run, and the latest window's ops (for display)."""
+    samples: RunSamples = {}
+    ops: dict[str, dict[str, float]] = {}
+    windows = _windows(client, run_id, prefix)
+    with tempfile.TemporaryDirectory(prefix="neuron-mlflow-profile-") as tmp:
+        latest: tuple[dict[str, str], dict | None] = ({}, None)
+        for window in windows:
+            series, keys, summary = _window_samples(client, run_id, window, tmp)
+            for name, values in series.items():
+                samples.setdefault(name, []).append(values)
+            if summary is not None:
+                latest = (keys, summary)
+    keys, summary = latest
+    if summary is not None:
+        stable = stable_op_names(op["name"] for op in summary.get("ops") or [])
+        for op in summary.get("ops") or []:
+            key = keys.get(op["name"]) or stable[op["name"]]
+            ops[key] = {k: op[k] for k in OP_FIELDS if op.get(k) is not None}
+    else:
+        start = f"{prefix}/op/"
+        for name, value in metrics.items():
+            if name.startswith(start):
+                key, field_name = name[len(start) :].rsplit("/", 1)
+                if field_name in OP_FIELDS:
+                    ops.setdefault(key, {})[field_name] = value
+    if not samples:
+        samples = _history_samples(client, run_id, prefix, metrics)
+    return samples, ops
+
+
 def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProfile:
-    """Read the latest profile of ``run_id`` (under ``prefix``, or the run's only/first one).
+    """Read the profile of ``run_id`` (under ``prefix``, or the run's only/first one): the
+    latest values, and the samples of every window (module docstring).
 
     Raises:
         CompareError: the run does not exist or has no profile metrics.
@@ -73,22 +200,10 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
     headline = {
         name: metrics[f"{prefix}/{name}"] for name in HEADLINE if f"{prefix}/{name}" in metrics
     }
-    ops: dict[str, dict[str, float]] = {}
-    summary = _latest_summary(client, run_id, prefix)
-    if summary is not None:
-        for op in summary["summary"]["ops"]:
-            ops[op["name"]] = {
-                k: op[k]
-                for k in ("self_device_us", "self_cpu_us", "calls")
-                if op.get(k) is not None
-            }
-    else:
-        start = f"{prefix}/op/"
-        for name, value in metrics.items():
-            if name.startswith(start):
-                key, field_name = name[len(start) :].rsplit("/", 1)
-                if field_name in ("self_device_us", "self_cpu_us", "calls"):
-                    ops.setdefault(key, {})[field_name] = value
+    samples, ops = _read_run(client, run_id, prefix, metrics)
+    tags = {
+        short: run.data.tags[tag] for short, tag in HOST_LOAD_TAGS.items() if tag in run.data.tags
+    }
     return RunProfile(
         run_id=run_id,
         name=run.info.run_name or run_id,
@@ -97,4 +212,7 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
         ops=ops,
         backend=run.data.tags.get("neuron_mlflow.backend"),
         prefixes=prefixes,
+        samples=[samples],
+        tags=tags,
+        run_ids=[run_id],
     )

@@ -15,11 +15,68 @@ Example:
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuron_mlflow.summary.statistics import (
+    CONFIDENCE,
+    DEFAULT_MARGIN_PCT,
+    INSUFFICIENT,
+    Estimate,
+    compare_samples,
+)
+
 HEADLINE = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls", "steps")
 """Headline metrics, in the order they are shown (``P/<name>``)."""
+SAMPLED = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls")
+"""Headline metrics with per-step samples (ratio, interval and verdict)."""
+EXIT_INSUFFICIENT = 3
+"""``compare --fail-above``'s exit code when the gated rows cannot be decided."""
+_COMPILED = re.compile(r"(CompiledFxGraph[ _]+)([A-Za-z0-9]{16,})")
+
+RunSamples = dict[str, list[list[float]]]
+"""One run's samples: series (a headline metric, or ``op:<key>:<field>``) -> windows -> steps."""
+
+
+def op_series(key: str, field_name: str) -> str:
+    """The samples key of one op's field.
+
+    Example:
+        >>> op_series("aten::mm", "self_cpu_us")
+        'op:aten::mm:self_cpu_us'
+    """
+    return f"op:{key}:{field_name}"
+
+
+def stable_op_names(names: Iterable[str]) -> dict[str, str]:
+    """A name that lines up across runs for every op name (given in first-call order).
+
+    A compiled graph's name carries inductor's hash (``## Call CompiledFxGraph fepdjo2lv4... ##``),
+    which differs between runs of the same code: the hash becomes the graph's order among the
+    compiled graphs of the window (``#0``, ``#1``, ...). Other names stay as they are.
+
+    Example:
+        >>> stable_op_names(["aten::mm", "Call_CompiledFxGraph_fepdjo2lv4abcdefghijklmnop",
+        ...                  "Call_CompiledFxGraph_zzzzjo2lv4abcdefghijklmnop"])
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'aten::mm': 'aten::mm', 'Call_CompiledFxGraph_fepdjo2lv4abcdefghijklmnop':
+         'Call_CompiledFxGraph_#0', 'Call_CompiledFxGraph_zzzzjo2lv4abcdefghijklmnop':
+         'Call_CompiledFxGraph_#1'}
+    """
+    out: dict[str, str] = {}
+    graphs: dict[str, int] = {}
+    for name in names:
+        if name in out:
+            continue
+        match = _COMPILED.search(name)
+        if match is None:
+            out[name] = name
+            continue
+        order = graphs.setdefault(match.group(2), len(graphs))
+        out[name] = name[: match.start(2)] + f"#{order}" + name[match.end(2) :]
+    return out
 
 
 @dataclass
@@ -34,6 +91,13 @@ class RunProfile:
         ops: op name to ``{"self_device_us", "self_cpu_us", "calls"}`` (whichever exist).
         backend: the ``neuron_mlflow.backend`` tag.
         prefixes: every profile prefix the run has (see :func:`profile_prefixes`).
+        samples: per run (one here; several for a group of runs, :func:`group_profiles`),
+            the per-step samples of every window; without them, the headline values and ops
+            count as one window of one step (``insufficient data``).
+        tags: the run's host load (``load_avg_1m``, ``cpu_steal_pct``, ``cpu_count``,
+            ``torch_threads``: the ``naming.HOST_LOAD_TAGS`` tags), for the load warning.
+        run_ids: the runs behind this profile (several for a group).
+        windows: windows read per run.
     """
 
     run_id: str
@@ -43,6 +107,81 @@ class RunProfile:
     ops: dict[str, dict[str, float]]
     backend: str | None = None
     prefixes: list[str] = field(default_factory=list)
+    samples: list[RunSamples] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    run_ids: list[str] = field(default_factory=list)
+
+    def side(self, series: str) -> list[list[list[float]]]:
+        """This profile's samples of one series: runs -> windows -> steps."""
+        if self.samples is not None:
+            return [run[series] for run in self.samples if run.get(series)]
+        if series.startswith("op:"):
+            _, rest = series.split(":", 1)
+            key, field_name = rest.rsplit(":", 1)
+            value = self.ops.get(key, {}).get(field_name)
+        else:
+            value = self.headline.get(series)
+        return [] if value is None else [[[value]]]
+
+
+def group_profiles(profiles: Sequence[RunProfile], name: str | None = None) -> RunProfile:
+    """Several runs as one side of a comparison: their samples pooled run by run (so run-to-run
+    noise counts), their headline values and op values averaged for display.
+
+    Example:
+        >>> a = RunProfile("a", "x", "p", {"cpu_time_us": 10.0}, {})
+        >>> b = RunProfile("b", "x", "p", {"cpu_time_us": 14.0}, {})
+        >>> g = group_profiles([a, b])
+        >>> g.name, g.run_ids, g.headline, g.side("cpu_time_us")
+        ('x (2 runs)', ['a', 'b'], {'cpu_time_us': 12.0}, [[[10.0]], [[14.0]]])
+    """
+    if len(profiles) == 1 and name is None:
+        return profiles[0]
+    names = list(dict.fromkeys(p.name for p in profiles))
+    label = name or (
+        f"{names[0]} ({len(profiles)} runs)" if len(names) == 1 else "+".join(names[:3])
+    )
+    shared = [m for m in HEADLINE if all(m in p.headline for p in profiles)]
+    headline = {m: sum(p.headline[m] for p in profiles) / len(profiles) for m in shared}
+    ops: dict[str, dict[str, float]] = {}
+    for key in dict.fromkeys(k for p in profiles for k in p.ops):
+        having = [p.ops[key] for p in profiles if key in p.ops]
+        fields = {f for row in having for f in row}
+        ops[key] = {f: sum(r.get(f, 0.0) for r in having) / len(having) for f in fields}
+    samples: list[RunSamples] = []
+    for p in profiles:
+        if p.samples is not None:
+            samples.extend(p.samples)
+        else:
+            run: RunSamples = {m: [[v]] for m, v in p.headline.items()}
+            for key, row in p.ops.items():
+                run.update({op_series(key, f): [[v]] for f, v in row.items()})
+            samples.append(run)
+    tags = {k: v for k, v in profiles[0].tags.items() if all(p.tags.get(k) for p in profiles)}
+    for k in tags:  # averaged, so a group's load reads like a run's
+        values = [float(p.tags[k]) for p in profiles if _is_number(p.tags[k])]
+        if values:
+            tags[k] = f"{sum(values) / len(values):.2f}"
+    return RunProfile(
+        run_id=profiles[0].run_id,
+        name=label,
+        prefix=profiles[0].prefix,
+        headline=headline,
+        ops=ops,
+        backend=profiles[0].backend,
+        prefixes=profiles[0].prefixes,
+        samples=samples,
+        tags=tags,
+        run_ids=[i for p in profiles for i in (p.run_ids or [p.run_id])],
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -56,6 +195,11 @@ class Comparison:
     headline_change_pct: dict[str, dict[str, float]] = field(default_factory=dict)
     op_rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    estimates: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+    """Per non-baseline run: headline metric -> :class:`Estimate` (op rows hold their own,
+    ``row["estimate"][run_id]``)."""
+    margin_pct: float = DEFAULT_MARGIN_PCT
+    op_confidence: float = CONFIDENCE
 
 
 def _pct(new: float, old: float) -> float:
@@ -65,9 +209,17 @@ def _pct(new: float, old: float) -> float:
 
 
 def compare_profiles(
-    runs: list[RunProfile], baseline: str | None = None, top: int = 20
+    runs: list[RunProfile],
+    baseline: str | None = None,
+    top: int = 20,
+    margin_pct: float | None = None,
 ) -> Comparison:
     """Compare run profiles on what they share, against ``baseline`` (default: the first).
+
+    Every headline metric with samples (:data:`SAMPLED`) and every op on both sides gets a
+    ratio to the baseline with an interval and a verdict (:mod:`~neuron_mlflow.summary.statistics`,
+    margin ``margin_pct``, default :data:`~neuron_mlflow.summary.statistics.DEFAULT_MARGIN_PCT`);
+    the op intervals are Bonferroni-corrected for the number of ops compared.
 
     Example:
         >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 4.0}, {"aten::mul": {"self_cpu_us": 4.0}})
@@ -124,31 +276,146 @@ def compare_profiles(
                 row["delta"][r.run_id] = value - base_value
                 row["delta_pct"][r.run_id] = _pct(value, base_value)
         rows.append(row)
-    return Comparison(runs, base.run_id, time_metric, shared, change, rows, notes)
+    margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
+    estimates = {
+        r.run_id: {
+            m: compare_samples(base.side(m), r.side(m), margin, name=m)
+            for m in shared
+            if m in SAMPLED
+        }
+        for r in runs
+        if r.run_id != base.run_id
+    }
+    both = sum(1 for row in rows for st in row["status"].values() if st == "")
+    op_confidence = 1 - (1 - CONFIDENCE) / max(both, 1)
+    for row in rows:
+        row["estimate"] = {}
+        series = op_series(row["op"], op_field)
+        for r in runs:
+            if row["status"].get(r.run_id) == "":
+                row["estimate"][r.run_id] = compare_samples(
+                    base.side(series), r.side(series), margin, op_confidence, name=series
+                )
+    notes += load_notes(runs)
+    return Comparison(
+        runs,
+        base.run_id,
+        time_metric,
+        shared,
+        change,
+        rows,
+        notes,
+        estimates,
+        margin,
+        op_confidence,
+    )
 
 
-def regressions(comparison: Comparison, fail_above_pct: float) -> list[str]:
-    """Why the gate fails: one line per run whose headline time exceeds the baseline by more
-    than ``fail_above_pct`` percent (empty when it passes).
+LOAD_PER_CPU_GAP = 0.5
+"""Load warning: the 1-minute load average per CPU differs by more than this ..."""
+STEAL_PCT = 5.0
+"""... or a side's CPU steal was above this percentage."""
+
+
+def load_notes(runs: Sequence[RunProfile]) -> list[str]:
+    """Warnings when the runs ran under different host load (their host-load tags).
+
+    Example:
+        >>> tags = lambda load, steal: {"load_avg_1m": load, "cpu_count": "2",
+        ...                             "cpu_steal_pct": steal}
+        >>> a = RunProfile("a", "a", "p", {}, {}, tags=tags("0.1", "0.0"))
+        >>> b = RunProfile("b", "b", "p", {}, {}, tags=tags("3.9", "12.0"))
+        >>> load_notes([a, b])  # doctest: +NORMALIZE_WHITESPACE
+        ['runs ran under different host load (1-min load average per CPU: a 0.05, b 1.95;
+          CPU steal: a 0.0%, b 12.0%): timings may differ for that reason alone']
+    """
+
+    def number(r: RunProfile, key: str) -> float | None:
+        text = r.tags.get(key)
+        return float(text) if text is not None and _is_number(text) else None
+
+    per_cpu: dict[str, float] = {}
+    steal: dict[str, float] = {}
+    for r in runs:
+        load, cpus, stolen = (number(r, k) for k in ("load_avg_1m", "cpu_count", "cpu_steal_pct"))
+        if load is not None and cpus:
+            per_cpu[r.name] = load / cpus
+        if stolen is not None:
+            steal[r.name] = stolen
+    differ = (per_cpu and max(per_cpu.values()) - min(per_cpu.values()) > LOAD_PER_CPU_GAP) or (
+        steal and max(steal.values()) > STEAL_PCT and len(set(steal.values())) > 1
+    )
+    if not differ:
+        return []
+    load_text = ", ".join(f"{n} {v:.2f}" for n, v in per_cpu.items())
+    steal_text = ", ".join(f"{n} {v:.1f}%" for n, v in steal.items())
+    return [
+        f"runs ran under different host load (1-min load average per CPU: {load_text}; "
+        f"CPU steal: {steal_text}): timings may differ for that reason alone"
+    ]
+
+
+def _gated(c: Comparison, ops: bool) -> list[tuple[RunProfile, str, Estimate]]:
+    """The rows the gate looks at: the headline time metric, and every op with ``ops``."""
+    out = []
+    for r in c.runs:
+        if r.run_id == c.baseline:
+            continue
+        found = c.estimates.get(r.run_id, {}).get(c.time_metric)
+        if found is not None:
+            out.append((r, c.time_metric, found))
+        if ops:
+            for row in c.op_rows:
+                estimate = row.get("estimate", {}).get(r.run_id)
+                if estimate is not None:
+                    out.append((r, f"op {row['op']} ({row['field']})", estimate))
+    return out
+
+
+def regressions(comparison: Comparison, fail_above_pct: float, ops: bool = False) -> list[str]:
+    """Why the gate fails: one line per gated row whose interval's lower bound is above
+    ``1 + fail_above_pct / 100`` (empty when none is). Gated: the headline time metric
+    (``time_metric``), and every op on both sides with ``ops``.
+
+    Example:
+        >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 100.0}, {},
+        ...                samples=[{"cpu_time_us": [[100.0, 101, 99, 100, 100, 101]]}])
+        >>> b = RunProfile("b", "b", "p", {"cpu_time_us": 120.0}, {},
+        ...                samples=[{"cpu_time_us": [[120.0, 121, 119, 120, 120, 121]]}])
+        >>> regressions(compare_profiles([a, b], margin_pct=10), 10.0)  # doctest: +ELLIPSIS
+        ['run b (b): cpu_time_us 1.20x [1.19, 1.21] of the baseline: the whole interval is ...']
+    """
+    limit = 1 + fail_above_pct / 100
+    return [
+        f"run {r.run_id} ({r.name}): {what} {e.interval_text()} of the baseline: the whole "
+        f"interval is above {limit:.2f} (limit {fail_above_pct:g}%)"
+        for r, what, e in _gated(comparison, ops)
+        if e.low is not None and e.low > limit
+    ]
+
+
+def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) -> list[str]:
+    """Gated rows the gate cannot decide (``insufficient data`` for it): too few samples, or
+    an interval that reaches above ``1 + fail_above_pct / 100`` without its lower bound being
+    above it. Empty when every gated row is decided.
 
     Example:
         >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 100.0}, {})
-        >>> b = RunProfile("b", "b", "p", {"cpu_time_us": 120.0}, {})
-        >>> regressions(compare_profiles([a, b]), 10.0)
-        ["run b (b): cpu_time_us 120.0 is 20.0% above the baseline's 100.0 (limit 10%)"]
+        >>> b = RunProfile("b", "b", "p", {"cpu_time_us": 150.0}, {})
+        >>> undecided(compare_profiles([a, b]), 10.0)  # doctest: +ELLIPSIS
+        ['run b (b): cpu_time_us: insufficient data (too few samples on the baseline and ...)']
     """
-    base = next(r for r in comparison.runs if r.run_id == comparison.baseline)
-    metric = comparison.time_metric
+    limit = 1 + fail_above_pct / 100
     out = []
-    for r in comparison.runs:
-        if r.run_id == base.run_id:
-            continue
-        pct = comparison.headline_change_pct[r.run_id].get(metric)
-        if pct is not None and pct > fail_above_pct:
-            out.append(
-                f"run {r.run_id} ({r.name}): {metric} {r.headline[metric]:.1f} is {pct:.1f}% "
-                f"above the baseline's {base.headline[metric]:.1f} (limit {fail_above_pct:g}%)"
+    for r, what, e in _gated(comparison, ops):
+        if e.low is not None and e.low > limit:
+            continue  # a regression, decided
+        few = e.ratio is None or "too few samples" in e.reason
+        if few or (e.high is not None and e.high > limit):
+            reason = (
+                e.reason if few else f"the interval {e.interval_text()} reaches above {limit:.2f}"
             )
+            out.append(f"run {r.run_id} ({r.name}): {what}: {INSUFFICIENT} ({reason})")
     return out
 
 
@@ -194,6 +461,70 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
     return head, body, op_head, op_body
 
 
+ONLY_BASELINE, ONLY_CANDIDATE = "only in the baseline", "only in the candidate"
+
+
+def stat_rows(c: Comparison) -> list[dict[str, Any]]:
+    """One row per candidate and headline metric, then per candidate and op: what, run,
+    :class:`Estimate` (``None`` for an op on one side only) and ``verdict``.
+
+    Example:
+        >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 1.0}, {"x": {"self_cpu_us": 1.0}})
+        >>> b = RunProfile("b", "b", "p", {"cpu_time_us": 1.0}, {"y": {"self_cpu_us": 1.0}})
+        >>> [(r["what"], r["verdict"]) for r in stat_rows(compare_profiles([a, b]))]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [('cpu_time_us', 'insufficient data'), ('op x', 'only in the baseline'),
+         ('op y', 'only in the candidate')]
+    """
+    rows = []
+    for r in c.runs:
+        if r.run_id == c.baseline:
+            continue
+        for metric, e in c.estimates.get(r.run_id, {}).items():
+            rows.append({"what": metric, "run": r, "estimate": e, "verdict": e.verdict})
+        for op_row in c.op_rows:
+            status = op_row["status"].get(r.run_id)
+            e = op_row.get("estimate", {}).get(r.run_id)
+            if e is not None:
+                verdict = e.verdict
+            elif status in ("new", "gone"):
+                verdict = ONLY_CANDIDATE if status == "new" else ONLY_BASELINE
+            else:
+                continue
+            rows.append({"what": f"op {op_row['op']}", "run": r, "estimate": e, "verdict": verdict})
+    return rows
+
+
+def _stat_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    head = ["metric", "candidate", "baseline", "value", "ratio [interval]", "verdict", "steps"]
+    body = []
+    for row in stat_rows(c):
+        e = row["estimate"]
+        if e is None:
+            body.append([row["what"], row["run"].name, "-", "-", "-", row["verdict"], "-"])
+            continue
+        body.append(
+            [
+                row["what"],
+                row["run"].name,
+                _fmt(e.baseline),
+                _fmt(e.candidate),
+                e.interval_text(),
+                row["verdict"],
+                f"{e.steps[0]}/{e.steps[1]}",
+            ]
+        )
+    return head, body
+
+
+def _stat_title(c: Comparison) -> str:
+    return (
+        f"How sure (candidate / baseline of the median step, {100 * CONFIDENCE:g}% interval; "
+        f"ops {100 * c.op_confidence:.2f}%, Bonferroni; verdict at +-{c.margin_pct:g}%; "
+        "steps: baseline/candidate):"
+    )
+
+
 def render_markdown(c: Comparison) -> str:
     """The comparison as Markdown tables (headline, then per-op ``self_*_us`` per step)."""
     head, body, op_head, op_body = _tables(c)
@@ -204,6 +535,11 @@ def render_markdown(c: Comparison) -> str:
         lines += ["", f"Per op ({field_name} per step; change vs baseline):", ""]
         lines += ["| " + " | ".join(op_head) + " |", "|" + "---|" * len(op_head)]
         lines += ["| " + " | ".join(row) + " |" for row in op_body]
+    stat_head, stat_body = _stat_table(c)
+    if stat_body:
+        lines += ["", _stat_title(c), ""]
+        lines += ["| " + " | ".join(stat_head) + " |", "|" + "---|" * len(stat_head)]
+        lines += ["| " + " | ".join(row) + " |" for row in stat_body]
     lines += ["", f"Baseline: {c.baseline}. Headline time metric: {c.time_metric}."]
     lines += [f"Note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
@@ -225,6 +561,10 @@ def render_table(c: Comparison) -> str:
     if op_body:
         lines += ["", f"Per op ({c.op_rows[0]['field']} per step; change vs baseline):"]
         lines += block(op_head, op_body)
+    stat_head, stat_body = _stat_table(c)
+    if stat_body:
+        lines += ["", _stat_title(c)]
+        lines += block(stat_head, stat_body)
     lines += ["", f"Baseline: {c.baseline}. Headline time metric: {c.time_metric}."]
     lines += [f"Note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
@@ -242,11 +582,22 @@ def render_json(c: Comparison) -> str:
                 "prefix": r.prefix,
                 "backend": r.backend,
                 "headline": r.headline,
+                "run_ids": r.run_ids or [r.run_id],
+                "host_load": r.tags,
             }
             for r in c.runs
         ],
         "headline_change_pct": c.headline_change_pct,
-        "ops": c.op_rows,
+        "ops": [
+            {**row, "estimate": {k: e.to_dict() for k, e in row.get("estimate", {}).items()}}
+            for row in c.op_rows
+        ],
+        "estimates": {
+            run: {m: e.to_dict() for m, e in found.items()} for run, found in c.estimates.items()
+        },
+        "margin_pct": c.margin_pct,
+        "confidence": CONFIDENCE,
+        "op_confidence": c.op_confidence,
         "notes": c.notes,
     }
     return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"

@@ -159,7 +159,8 @@ class Estimate:
         verdict: one of :data:`VERDICTS`.
         ratio: candidate / baseline (``None`` when either side has no data or the baseline
             is 0).
-        low, high: the interval's bounds (``None`` with ``ratio``).
+        low, high: the interval's bounds (``None`` without ``ratio``, or with too few
+            samples).
         baseline, candidate: each side's value (mean over runs of the mean over windows of
             the median of steps).
         steps: kept steps per side ``(baseline, candidate)``; ``windows``, ``runs`` likewise.
@@ -190,8 +191,10 @@ class Estimate:
             >>> compare_samples([[[1.0, 1, 1, 1, 1]]], [[[2.0, 2, 2, 2, 2]]]).interval_text()
             '2.00x [2.00, 2.00]'
         """
-        if self.ratio is None or self.low is None or self.high is None:
+        if self.ratio is None:
             return "-"
+        if self.low is None or self.high is None:
+            return f"{self.ratio:.2f}x [no interval]"
         return f"{self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}]"
 
 
@@ -268,13 +271,18 @@ def compare_samples(
     runs = tuple(len(s) for s in sides)
 
     def estimate(
-        verdict: str, reason: str, ratio: float | None = None, interval: tuple = (None, None)
+        verdict: str,
+        reason: str,
+        ratio: float | None = None,
+        interval: tuple[float | None, float | None] = (None, None),
     ) -> Estimate:
         return Estimate(
             verdict,
             ratio,
-            *interval,
-            *values,
+            interval[0],
+            interval[1],
+            values[0],
+            values[1],
             (steps[0], steps[1]),
             (windows[0], windows[1]),
             (runs[0], runs[1]),
@@ -310,13 +318,13 @@ def compare_samples(
         if s < MIN_STEPS and w < MIN_WINDOWS
     ]
     band = f"[{lower:.3f}, {upper:.3f}]"
-    if few:
-        verdict = INSUFFICIENT
+    if few:  # no interval: a few draws of one or two values say nothing about the noise
         reason = (
             f"too few samples on the {' and '.join(few)} side "
             f"(need {MIN_STEPS} steps or {MIN_WINDOWS} windows a side)"
         )
-    elif low > upper:
+        return estimate(INSUFFICIENT, reason, ratio)
+    if low > upper:
         verdict, reason = REGRESSION, f"the whole interval is above {upper:.3f}"
     elif high < lower:
         verdict, reason = IMPROVEMENT, f"the whole interval is below {lower:.3f}"

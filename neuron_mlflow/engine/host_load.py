@@ -1,0 +1,101 @@
+"""What makes timings noisy on a shared host, measured around one window.
+
+:func:`sample_host_load` at the window's open and close (cheap: one read of ``/proc/stat``,
+``os.getloadavg``, the CPU count, and ``torch.get_num_threads()`` only when torch is already
+imported), then :func:`host_load_tags` turns the two samples into the window's run tags
+(names: ``neuron_mlflow.naming.HOST_LOAD_TAGS``): the 1-minute load average at the close, the
+CPU steal share between the two samples (a VM's vCPUs waiting for the hypervisor), the CPU
+count and torch's intra-op threads. ``neuron-mlflow compare`` warns when two sides ran under
+different load (:func:`neuron_mlflow.summary.comparison.load_notes`).
+
+Example:
+    >>> start = sample_host_load()
+    >>> tags = host_load_tags(start, sample_host_load())
+    >>> set(tags) <= set(HOST_LOAD_TAGS.values())
+    True
+    >>> int(tags["neuron_mlflow.host_load.cpu_count"]) >= 1
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from neuron_mlflow.naming import HOST_LOAD_TAGS
+
+__all__ = ["HostLoad", "host_load_tags", "sample_host_load"]
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """One sample: CPU jiffies (steal, total) from ``/proc/stat`` (``None`` off Linux), the
+    load averages, the CPU count, torch's threads (``None`` when torch is not imported)."""
+
+    at: float
+    steal: int | None
+    total: int | None
+    load_avg_1m: float | None
+    cpu_count: int
+    torch_threads: int | None
+
+
+def _proc_stat() -> tuple[int | None, int | None]:
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            first = f.readline().split()
+    except OSError:
+        return None, None
+    if not first or first[0] != "cpu":
+        return None, None
+    fields = [int(x) for x in first[1:]]
+    # user nice system idle iowait irq softirq steal guest guest_nice; guests are in user
+    total = sum(fields[:8])
+    steal = fields[7] if len(fields) > 7 else 0
+    return steal, total
+
+
+def sample_host_load() -> HostLoad:
+    """Sample the host's load now (microseconds of work; never raises)."""
+    steal, total = _proc_stat()
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        load = None
+    torch = sys.modules.get("torch")
+    threads = None
+    if torch is not None:
+        try:
+            threads = int(torch.get_num_threads())
+        except Exception:
+            threads = None
+    return HostLoad(time.monotonic(), steal, total, load, os.cpu_count() or 1, threads)
+
+
+def host_load_tags(start: HostLoad, end: HostLoad) -> dict[str, str]:
+    """The window's host-load tags from its open and close samples.
+
+    Example:
+        >>> a = HostLoad(0.0, 100, 1000, 0.5, 2, None)
+        >>> b = HostLoad(1.0, 150, 1200, 1.25, 2, 4)
+        >>> host_load_tags(a, b)  # doctest: +NORMALIZE_WHITESPACE
+        {'neuron_mlflow.host_load.load_avg_1m': '1.25',
+         'neuron_mlflow.host_load.cpu_count': '2',
+         'neuron_mlflow.host_load.cpu_steal_pct': '25.0',
+         'neuron_mlflow.host_load.torch_threads': '4'}
+    """
+    tags = {}
+    if end.load_avg_1m is not None:
+        tags[HOST_LOAD_TAGS["load_avg_1m"]] = f"{end.load_avg_1m:.2f}"
+    tags[HOST_LOAD_TAGS["cpu_count"]] = str(end.cpu_count)
+    if None not in (start.steal, start.total, end.steal, end.total):
+        total = end.total - start.total  # type: ignore[operator]
+        steal = end.steal - start.steal  # type: ignore[operator]
+        if total > 0:
+            tags[HOST_LOAD_TAGS["cpu_steal_pct"]] = f"{100.0 * steal / total:.1f}"
+    threads = end.torch_threads if end.torch_threads is not None else start.torch_threads
+    if threads is not None:
+        tags[HOST_LOAD_TAGS["torch_threads"]] = str(threads)
+    return tags

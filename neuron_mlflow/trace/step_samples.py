@@ -1,0 +1,266 @@
+"""Per-step samples of one window: ``steps.jsonl``, what ``compare`` decides from.
+
+A window's metrics are per-step means; this file keeps the steps themselves, so a comparison
+can say how sure it is (:mod:`neuron_mlflow.summary.statistics`). It is computed from the
+window's own exported trace (the lowest rank's, like ``report.html``) with the timeline pass
+(:func:`~neuron_mlflow.trace.timeline.build_timeline`) and the counting rules of
+:mod:`neuron_mlflow.trace.rules`:
+
+- **steps**: the outermost marked ranges (``neuron_mlflow: <name>``: each decorated call,
+  each Lightning training step), else the ``ProfilerStep#N`` ranges (no more than the window's
+  ``summary.json`` counted); wall time per step is the range's duration;
+- **operators**: markers are not operators; with marked ranges, an operator counts in the
+  step whose range holds the start of its call tree's root (another thread's too); an only
+  child of the same name is folded into its parent (one call), as in the summary;
+- **device time**: each device event counts to the step and operator whose runtime call
+  launched it.
+
+One JSON object a line: per step one headline row
+``{"step": 0, "wall_time_us": .., "cpu_time_us": .., "device_time_us": .. | null,
+"op_calls": ..}``, then one row per step and top-k operator ``{"step": 0, "op": "aten::mm",
+"key": "aten::mm", "self_cpu_us": .., "self_device_us": .. | null, "calls": ..}`` (``key``:
+the op's stable name across runs, :func:`~neuron_mlflow.summary.comparison.stable_op_names`;
+the raw name stays in ``op`` and in ``ops.csv``). 20 steps x 20 ops is about 40 kB.
+
+Example:
+    >>> import json, tempfile
+    >>> from pathlib import Path
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "traces").mkdir()
+    >>> events = []
+    >>> for i, dur in enumerate((30, 10, 12)):
+    ...     t = 100 * i
+    ...     events += [{"ph": "X", "cat": "user_annotation", "name": "neuron_mlflow: f",
+    ...                 "pid": 1, "tid": 1, "ts": t, "dur": 50},
+    ...                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+    ...                 "ts": t + 1, "dur": dur}]
+    >>> _ = (root / "traces" / "t.json").write_text(json.dumps({"traceEvents": events}))
+    >>> stats = write_step_samples(root, root / "traces", top_k=5)
+    >>> stats["step_stats"]["cpu_time_us"]
+    {'p50': 12.0, 'iqr': 10.0}
+    >>> [json.loads(line).get("self_cpu_us") for line in (root / "steps.jsonl").open()][:2]
+    [None, 30.0]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_STATS_KEY, STEPS_FILE
+from neuron_mlflow.summary.comparison import stable_op_names
+from neuron_mlflow.summary.statistics import iqr, median
+from neuron_mlflow.trace.timeline import build_timeline
+from neuron_mlflow.trace.timeline_events import DEVICE, OP
+
+_RANK = re.compile(r"rank_(\d+)")
+HEADLINE_TIMES = ("wall_time_us", "cpu_time_us", "device_time_us")
+"""Headline times kept per step (and given ``_p50`` / ``_iqr`` metrics)."""
+
+
+@dataclass
+class Step:
+    """One step's headline times and per-op totals (``name -> [self_cpu, self_device, calls]``)."""
+
+    start: float
+    end: float
+    cpu: float = 0.0
+    device: float = 0.0
+    top_level: int = 0
+    ops: dict[str, list[float]] = field(default_factory=dict)
+
+
+def _trace(trace_dir: Path) -> Path | None:
+    """The lowest rank's first ``.json``/``.json.gz`` trace under ``trace_dir``."""
+    if not trace_dir.is_dir():
+        return None
+
+    def order(path: Path) -> tuple[int, str]:
+        match = _RANK.search(str(path.relative_to(trace_dir)))
+        return (int(match.group(1)) if match else 1 << 30, str(path))
+
+    found = [
+        p for p in trace_dir.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file()
+    ]
+    return min(found, key=order) if found else None
+
+
+def _summary(artifacts_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((artifacts_dir / "summary.json").read_text(encoding="utf-8"))
+        return data.get("summary") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def step_samples(trace: Path, recorded_steps: int | None = None) -> tuple[list[Step], bool, list]:
+    """The steps of one trace (see the module docstring).
+
+    Returns:
+        The steps, whether device events were seen, and the op names in first-call order.
+    """
+    timeline = build_timeline(trace, max_events=1 << 40)
+    ev, names = timeline.events, timeline.names
+    kind, start, dur = ev["kind"], ev["start_us"], ev["dur_us"]
+    parent, self_us, name = ev["parent"], ev["self_us"], ev["name"]
+    n = len(kind)
+    marker = [kind[i] == OP and names[name[i]].startswith(CALL_MARKER_PREFIX) for i in range(n)]
+
+    def root(i: int) -> tuple[int, bool]:
+        """The outermost non-marker ancestor of ``i`` and whether a marker is above it."""
+        top, marked = i, False
+        j = parent[i]
+        while j >= 0:
+            if marker[j]:
+                marked = True
+            else:
+                top = j
+            j = parent[j]
+        return top, marked
+
+    outer = [i for i in range(n) if marker[i] and not root(i)[1]]
+    if outer:
+        ranges = sorted((start[i], start[i] + dur[i]) for i in outer)
+    else:
+        ranges = sorted((s["start_us"], s["start_us"] + s["wall_us"]) for s in timeline.steps)
+        if recorded_steps is not None and 0 < recorded_steps < len(ranges):
+            ranges = ranges[:recorded_steps]
+        if not ranges and n:
+            ranges = [(min(start), max(s + d for s, d in zip(start, dur, strict=True)))]
+    steps = [Step(a, b) for a, b in ranges]
+    begins = [s.start for s in steps]
+    children = [0] * n
+    for i in range(n):
+        if parent[i] >= 0:
+            children[parent[i]] += 1
+
+    def step_of(t: float) -> Step | None:
+        lo, hi = 0, len(begins)
+        while lo < hi:  # the last step starting at or before t
+            mid = (lo + hi) // 2
+            if begins[mid] <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return None
+        found = steps[lo - 1]
+        return found if t <= found.end else None
+
+    order: dict[str, float] = {}
+    op_step: dict[int, Step] = {}
+    for i in range(n):
+        if kind[i] != OP or marker[i]:
+            continue
+        top, _ = root(i)
+        step = step_of(start[top])
+        if step is None:
+            continue
+        op_step[i] = step
+        op = names[name[i]]
+        order[op] = min(order.get(op, start[i]), start[i])
+        row = step.ops.setdefault(op, [0.0, 0.0, 0.0])
+        row[0] += self_us[i]
+        step.cpu += self_us[i]
+        p = parent[i]
+        folded = p >= 0 and not marker[p] and name[p] == name[i] and children[p] == 1
+        if not folded:
+            row[2] += 1
+        if p < 0 or marker[p]:
+            step.top_level += 1
+    has_device = any(k == DEVICE for k in kind)
+    for i in range(n):
+        if kind[i] != DEVICE or parent[i] < 0 or parent[i] not in op_step:
+            continue
+        step = op_step[parent[i]]
+        step.device += dur[i]
+        step.ops[names[name[parent[i]]]][1] += dur[i]
+    first_seen = sorted(order, key=lambda op: order[op])
+    return steps, has_device, first_seen
+
+
+def write_step_samples(artifacts_dir: Path, trace_dir: Path, top_k: int) -> dict[str, Any]:
+    """Write ``steps.jsonl`` into the window's artifact folder from its trace.
+
+    Args:
+        artifacts_dir: the window's artifact folder (its ``summary.json`` gives the top-k ops
+            and the steps counted, when already written).
+        trace_dir: the folder holding the window's traces (``traces/rank_<r>/...``).
+        top_k: how many operators get per-step rows (the window's top ``top_k``).
+
+    Returns:
+        ``{"step_stats": {"wall_time_us": {"p50": .., "iqr": ..}, ...}}`` for the summary's
+        ``extra`` (:func:`neuron_mlflow.naming.window_metrics` makes ``P/<time>_p50`` and
+        ``P/<time>_iqr`` of it); ``{}`` when the window has no trace or no steps.
+
+    Raises:
+        TraceFormatError: the trace is truncated or malformed.
+    """
+    trace = _trace(trace_dir)
+    if trace is None:
+        return {}
+    summary = _summary(artifacts_dir)
+    recorded = summary.get("steps") if isinstance(summary.get("steps"), int) else None
+    steps, has_device, first_seen = step_samples(trace, recorded)
+    if not steps:
+        return {}
+    ranked = [str(op.get("name")) for op in summary.get("ops") or [] if isinstance(op, dict)]
+    if not ranked:
+        totals: dict[str, float] = {}
+        for step in steps:
+            for op, sums in step.ops.items():
+                totals[op] = totals.get(op, 0.0) + (sums[1] if has_device else sums[0])
+        ranked = sorted(totals, key=lambda op: (-totals[op], op))
+    top = [op for op in ranked if op in set(first_seen)][:top_k]
+    keys = stable_op_names(first_seen)
+    lines = []
+    per_time: dict[str, list[float]] = {m: [] for m in HEADLINE_TIMES}
+    for index, step in enumerate(steps):
+        head: dict[str, Any] = {
+            "step": index,
+            "wall_time_us": round(step.end - step.start, 3),
+            "cpu_time_us": round(step.cpu, 3),
+            "device_time_us": round(step.device, 3) if has_device else None,
+            "op_calls": step.top_level,
+        }
+        for metric in HEADLINE_TIMES:
+            if head[metric] is not None:
+                per_time[metric].append(float(head[metric]))
+        lines.append(json.dumps(head, separators=(",", ":")))
+        for op in top:
+            cpu, device, calls = step.ops.get(op, [0.0, 0.0, 0.0])
+            row: dict[str, Any] = {
+                "step": index,
+                "op": op,
+                "key": keys[op],
+                "self_cpu_us": round(cpu, 3),
+                "self_device_us": round(device, 3) if has_device else None,
+                "calls": calls,
+            }
+            lines.append(json.dumps(row, separators=(",", ":")))
+    (artifacts_dir / STEPS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stats = {
+        metric: {"p50": median(values), "iqr": iqr(values)}
+        for metric, values in per_time.items()
+        if values
+    }
+    return {STEP_STATS_KEY: stats}
+
+
+def read_step_samples(text: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The headline rows and the op rows of a ``steps.jsonl`` text.
+
+    Example:
+        >>> read_step_samples('{"step":0,"cpu_time_us":3}\\n{"step":0,"op":"a","key":"a"}\\n')
+        ([{'step': 0, 'cpu_time_us': 3}], [{'step': 0, 'op': 'a', 'key': 'a'}])
+    """
+    heads: list[dict[str, Any]] = []
+    ops: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if line.strip():
+            row = json.loads(line)
+            (ops if "op" in row else heads).append(row)
+    return heads, ops
