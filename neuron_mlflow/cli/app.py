@@ -4,7 +4,8 @@ Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs), `
 (fetch a window's traces and print the commands that open them), ``summarize`` (the op
 summary of a trace file, without MLflow), ``ingest`` (trace files into MLflow).
 Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
-``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics).
+``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics),
+3 ``compare --fail-above``: insufficient data to decide (unless ``--allow-insufficient``).
 Results go to stdout, diagnostics to stderr.
 
 Example:
@@ -20,7 +21,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.cli.parser import build_parser
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INSUFFICIENT = 3  # compare --fail-above could not decide (summary.comparison)
 
 
 def _summarize(args: argparse.Namespace) -> int:
@@ -120,7 +122,7 @@ def _download(args: argparse.Namespace) -> int:
     return EXIT_OK if code == 0 else EXIT_FAILURE
 
 
-def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
+def _pick_recent(client: object, experiment: str, last: int) -> list[Any]:
     """The ``last`` most recent runs of ``experiment`` that have profile metrics, oldest first."""
     from neuron_mlflow.errors import CompareError
     from neuron_mlflow.sinks.profiles import profile_prefixes
@@ -131,10 +133,42 @@ def _pick_recent(client: object, experiment: str, last: int) -> list[str]:
     runs = client.search_runs(  # type: ignore[attr-defined]
         [found.experiment_id], order_by=["attributes.start_time DESC"], max_results=500
     )
-    profiled = [r.info.run_id for r in runs if profile_prefixes(r.data.metrics)][:last]
+    profiled = [r for r in runs if profile_prefixes(r.data.metrics)][:last]
     if not profiled:
         raise CompareError(f"experiment {experiment!r} has no runs with profile metrics")
     return list(reversed(profiled))
+
+
+def _sides(args: argparse.Namespace, client: Any) -> list[tuple[str | None, list[str]]]:
+    """The sides to compare, baseline first: (label for a group, run ids)."""
+    from neuron_mlflow.errors import CompareError
+
+    run_ids = list(args.run_ids)
+    if args.experiment is not None:
+        picked = _pick_recent(client, args.experiment, args.last)
+        if args.split_by:
+            groups: dict[str, list[str]] = {}
+            for run in picked:
+                value = run.data.tags.get(args.split_by, run.data.params.get(args.split_by))
+                if value is None:
+                    raise CompareError(
+                        f"run {run.info.run_id!r} has no tag or param {args.split_by!r}"
+                    )
+                groups.setdefault(value, []).append(run.info.run_id)
+            if len(groups) < 2:
+                raise CompareError(f"--split-by {args.split_by}: the runs share one value")
+            return [(f"{args.split_by}={value}"[:60], ids) for value, ids in groups.items()]
+        run_ids += [r.info.run_id for r in picked if r.info.run_id not in run_ids]
+    if args.baseline:
+        candidates = [r for r in run_ids if r not in args.baseline] or run_ids
+        if not candidates:
+            raise CompareError("give the candidate run(s) besides --baseline")
+        label = "baseline" if len(args.baseline) > 1 else None
+        return [
+            (label, list(args.baseline)),
+            ("candidate" if len(candidates) > 1 else None, candidates),
+        ]
+    return [(None, [r]) for r in run_ids]
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -143,11 +177,15 @@ def _compare(args: argparse.Namespace) -> int:
     from neuron_mlflow.errors import CompareError
     from neuron_mlflow.sinks.profiles import load_profile
     from neuron_mlflow.summary.comparison import (
+        EXIT_INSUFFICIENT,
+        RunProfile,
         compare_profiles,
+        group_profiles,
         regressions,
         render_json,
         render_markdown,
         render_table,
+        undecided,
     )
 
     if args.top < 1 or (args.fail_above is not None and args.fail_above < 0):
@@ -161,30 +199,34 @@ def _compare(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     client = MlflowClient()
     try:
-        run_ids = list(args.run_ids)
-        if args.experiment is not None:
-            run_ids += [
-                r for r in _pick_recent(client, args.experiment, args.last) if r not in run_ids
-            ]
-        if args.baseline and args.baseline not in run_ids:
-            run_ids.insert(0, args.baseline)
-        if len(run_ids) < 2:
+        sides = _sides(args, client)
+        if len(sides) < 2:
             print(
                 "neuron-mlflow compare: give at least two runs (RUN_ID... or --experiment NAME "
                 "--last K)",
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        profiles = [load_profile(client, run_id, args.prefix) for run_id in run_ids]
+        unique = list(dict.fromkeys(r for _, ids in sides for r in ids))
+        loaded = {r: load_profile(client, r, args.prefix) for r in unique}
+        if args.prefix is None and len({p.prefix for p in loaded.values()}) > 1:
+            shared = set.intersection(*(set(p.prefixes) for p in loaded.values()))
+            if shared:
+                prefix = sorted(shared)[0]
+                loaded = {r: load_profile(client, r, prefix) for r in unique}
     except CompareError as exc:
         print(f"neuron-mlflow compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.prefix is None and len({p.prefix for p in profiles}) > 1:
-        shared = set.intersection(*(set(p.prefixes) for p in profiles))
-        if shared:
-            prefix = sorted(shared)[0]
-            profiles = [load_profile(client, p.run_id, prefix) for p in profiles]
-    comparison = compare_profiles(profiles, baseline=args.baseline, top=args.top)
+    profiles: list[RunProfile] = []
+    for label, ids in sides:
+        profile = group_profiles([loaded[r] for r in ids], label)
+        taken = {p.run_id for p in profiles}
+        if profile.run_id in taken:  # the same run on both sides: keep the rows apart
+            profile = replace(profile, run_id=f"{profile.run_id}#{len(profiles) + 1}")
+        profiles.append(profile)
+    comparison = compare_profiles(
+        profiles, baseline=profiles[0].run_id, top=args.top, margin_pct=args.fail_above
+    )
     render = {"table": render_table, "markdown": render_markdown, "json": render_json}
     print(render[args.format](comparison), end="")
     if args.html or args.log_to:
@@ -203,11 +245,23 @@ def _compare(args: argparse.Namespace) -> int:
         for item in written:
             print(f"wrote {item}", file=sys.stderr)
     if args.fail_above is not None:
-        failures = regressions(comparison, args.fail_above)
+        failures = regressions(comparison, args.fail_above, ops=args.ops)
         for line in failures:
             print(f"regression: {line}", file=sys.stderr)
         if failures:
             return EXIT_FAILURE
+        unsure = undecided(comparison, args.fail_above, ops=args.ops)
+        for line in unsure:
+            print(f"undecided: {line}", file=sys.stderr)
+        if unsure and not args.allow_insufficient:
+            print(
+                f"neuron-mlflow compare: insufficient data for --fail-above "
+                f"{args.fail_above:g} (exit {EXIT_INSUFFICIENT}): profile more steps or windows "
+                "(Schedule(active=20, repeat=3)) or give each side several runs; "
+                "--allow-insufficient exits 0 instead",
+                file=sys.stderr,
+            )
+            return EXIT_INSUFFICIENT
     return EXIT_OK
 
 

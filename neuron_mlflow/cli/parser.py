@@ -45,21 +45,50 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="compare profiled runs: headline metrics and per-op changes vs a baseline",
         description=(
-            "Compare the latest profile windows of MLflow runs side by side: headline metrics "
-            "(device time, self CPU time, wall time, op calls, steps) and per-op times with "
-            "the change against the baseline (first run unless --baseline). Exit codes: 0 ok, "
-            "1 regression above --fail-above, 2 bad usage (unknown runs, no profile metrics)."
+            "Compare profiled MLflow runs: headline metrics (device time, self CPU time, wall "
+            "time, op calls, steps) and per-op times, each with the ratio to the baseline, its "
+            "95%% interval (a bootstrap over runs, windows and steps: docs/comparing.md) and a "
+            "verdict (regression, improvement, no change, insufficient data). Without "
+            "--baseline the first run is the baseline and each other run a candidate; with "
+            "--baseline R1 R2 ... the runs given are pooled into one candidate side. Exit "
+            "codes: 0 ok, 1 regression (the interval's lower bound above 1 + --fail-above/100), "
+            "2 bad usage (unknown runs, no profile metrics), 3 insufficient data for the gate "
+            "(unless --allow-insufficient)."
         ),
     )
     compare.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="runs to compare")
-    compare.add_argument("--baseline", metavar="RUN_ID", help="the run others are compared to")
+    compare.add_argument(
+        "--baseline",
+        nargs="+",
+        metavar="RUN_ID",
+        help="the baseline run(s); several are pooled into one side (run-to-run noise counts)",
+    )
     compare.add_argument("--prefix", metavar="P", help="metric prefix (default: the run's own)")
     compare.add_argument("--top", type=int, default=20, metavar="N", help="ops shown (20)")
     compare.add_argument(
         "--fail-above",
         type=float,
         metavar="PCT",
-        help="exit 1 when a run's headline time exceeds the baseline's by more than PCT %%",
+        help=(
+            "exit 1 when the interval of the headline time's ratio lies wholly above "
+            "1 + PCT/100 (exit 3 when it cannot be decided); also the verdicts' margin"
+        ),
+    )
+    compare.add_argument(
+        "--ops", action="store_true", help="with --fail-above: gate every op on both sides too"
+    )
+    compare.add_argument(
+        "--allow-insufficient",
+        action="store_true",
+        help="with --fail-above: exit 0 instead of 3 when the gate cannot decide",
+    )
+    compare.add_argument(
+        "--split-by",
+        metavar="KEY",
+        help=(
+            "with --experiment/--last: group the runs by this tag or param (e.g. "
+            "mlflow.source.git.commit); the oldest run's group is the baseline"
+        ),
     )
     compare.add_argument(
         "--format", choices=("table", "markdown", "json"), default="table", help="output format"

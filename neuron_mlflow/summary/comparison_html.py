@@ -7,7 +7,11 @@ recipe on its parent run. From one :class:`~neuron_mlflow.summary.comparison.Com
 - per-operator grouped bars (self device time, else self CPU time, per step) across the
   runs, the baseline in blue, a faster run in green, a slower one in red, with the change;
   the wheel over this chart zooms its value axis, so small operators can be read too;
-- the regression verdict of ``--fail-above`` when given.
+- the regression verdict of ``--fail-above`` when given (the gate: an interval wholly above
+  ``1 + PCT/100`` fails it; one that reaches above it is ``insufficient data``);
+- "How sure": per candidate, headline metric and op, the ratio candidate / baseline, its
+  interval and verdict as a table, and a forest plot of the intervals (headline metrics, then
+  the top ops; log scale, the margin's band shaded), so what changed for sure stands out.
 
 Same page rules as ``report.html`` (:mod:`neuron_mlflow.summary.report`): no network, no
 storage, everything inline, for MLflow's sandboxed artifact viewer.
@@ -18,13 +22,14 @@ Example:
     >>> a = RunProfile("a1", "naive", "p", {"cpu_time_us": 125.0}, op(61.0))
     >>> b = RunProfile("b2", "fused", "p", {"cpu_time_us": 48.0}, op(9.0))
     >>> page = render_comparison_html(compare_profiles([a, b]), fail_above_pct=10.0)
-    >>> "-61.6%" in page, "passes" in page
-    (True, True)
+    >>> "-61.6%" in page, "cannot decide" in page, 'id="nm-forest"' in page
+    (True, True, True)
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,10 +39,13 @@ from neuron_mlflow.summary.comparison import (
     profile_from_summary,
     regressions,
     render_seed_markdown,
+    stat_rows,
+    undecided,
 )
 from neuron_mlflow.summary.names import display_names
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import page
+from neuron_mlflow.summary.statistics import IMPROVEMENT, INSUFFICIENT, NO_CHANGE, REGRESSION
 from neuron_mlflow.summary.tables import format_us
 
 LABELS = {
@@ -134,6 +142,96 @@ def _ops(c: Comparison) -> tuple[str, float]:
     return "".join(out) + "</div>", top
 
 
+VERDICT_COLOURS = {
+    REGRESSION: "#c62828",
+    IMPROVEMENT: "#1a7f37",
+    NO_CHANGE: "#57606a",
+    INSUFFICIENT: "#b26a00",
+}
+FOREST_OPS = 12
+"""Op rows the forest plot draws per candidate (the top ops of the comparison)."""
+
+
+def _forest(c: Comparison) -> str:
+    """An inline SVG forest plot: one row per interval, log-scale ratio axis."""
+    rows = [r for r in stat_rows(c) if r["estimate"] is not None and r["estimate"].low]
+    heads = [r for r in rows if not r["what"].startswith("op ")]
+    ops = [r for r in rows if r["what"].startswith("op ")]
+    kept_ops: list = []
+    for run in {id(r["run"]): r["run"] for r in ops}.values():
+        kept_ops += [r for r in ops if r["run"] is run][:FOREST_OPS]
+    rows = heads + kept_ops
+    if not rows:
+        return '<p class="muted" id="nm-forest">No intervals: too few samples on a side.</p>'
+    m = c.margin_pct / 100
+    lo = min([r["estimate"].low for r in rows] + [1 / (1 + m)]) * 0.9
+    hi = max([r["estimate"].high for r in rows] + [1 + m]) * 1.1
+    width, left, right, row_h, top = 760, 300, 20, 22, 24
+    span = math.log(hi) - math.log(lo)
+
+    def x(v: float) -> float:
+        return left + (width - left - right) * (math.log(max(v, 1e-12)) - math.log(lo)) / span
+
+    height = top + row_h * len(rows) + 10
+    out = [
+        f'<svg id="nm-forest" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height}" role="img" aria-label="intervals of the ratios">',
+        f'<rect x="{x(1 / (1 + m)):.1f}" y="{top - 6}" width="{x(1 + m) - x(1 / (1 + m)):.1f}" '
+        f'height="{row_h * len(rows) + 6}" fill="#eef1f4"/>',
+        f'<line x1="{x(1):.1f}" x2="{x(1):.1f}" y1="{top - 6}" y2="{height - 4}" '
+        'stroke="#57606a"/>',
+    ]
+    for v in (lo / 0.9, 1 / (1 + m), 1.0, 1 + m, hi / 1.1):
+        out.append(
+            f'<text x="{x(v):.1f}" y="12" font-size="10" text-anchor="middle">{v:.2f}x</text>'
+        )
+    for i, r in enumerate(rows):
+        e = r["estimate"]
+        y = top + row_h * i + row_h / 2
+        colour = VERDICT_COLOURS.get(e.verdict, "#57606a")
+        label = f"{r['run'].name}: {r['what']}"
+        label = label if len(label) <= 48 else label[:47] + "\u2026"
+        tip = f"{r['run'].name}: {r['what']}: {e.interval_text()}, {e.verdict}"
+        out.append(
+            f'<g class="nm-forest-row" data-what="{html.escape(r["what"])}" '
+            f'data-run="{html.escape(r["run"].name)}" data-verdict="{e.verdict}">'
+            f"<title>{html.escape(tip)}</title>"
+            f'<text x="4" y="{y + 4:.1f}" font-size="11">{html.escape(label)}</text>'
+            f'<line x1="{x(e.low):.1f}" x2="{x(e.high):.1f}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'stroke="{colour}" stroke-width="3"/>'
+            f'<circle cx="{x(e.ratio):.1f}" cy="{y:.1f}" r="4" fill="{colour}"/></g>'
+        )
+    return "".join(out) + "</svg>"
+
+
+def _how_sure(c: Comparison) -> str:
+    rows = stat_rows(c)
+    if not rows:
+        return ""
+    cells = []
+    for r in rows:
+        e = r["estimate"]
+        colour = VERDICT_COLOURS.get(r["verdict"], "#57606a")
+        interval = e.interval_text() if e is not None else "-"
+        steps = f"{e.steps[0]}/{e.steps[1]}" if e is not None else "-"
+        cells.append(
+            f'<tr data-verdict="{html.escape(r["verdict"])}"><td>{html.escape(r["what"])}</td>'
+            f"<td>{html.escape(r['run'].name)}</td><td>{html.escape(interval)}</td>"
+            f'<td style="color:{colour}"><b>{html.escape(r["verdict"])}</b></td>'
+            f"<td>{steps}</td></tr>"
+        )
+    return (
+        "<h2>How sure: ratio to the baseline, interval, verdict</h2>"
+        f'<p class="muted">Candidate / baseline of the median step; 95% intervals (ops: '
+        f"{100 * c.op_confidence:.2f}%, Bonferroni) from a bootstrap over runs, windows and "
+        f"steps; verdicts at +-{c.margin_pct:g}% (the shaded band).</p>"
+        f"{_forest(c)}"
+        '<table id="nm-stats"><thead><tr><th>metric</th><th>candidate</th><th>ratio '
+        "[interval]</th><th>verdict</th><th>steps (baseline/candidate)</th></tr></thead>"
+        f"<tbody>{''.join(cells)}</tbody></table>"
+    )
+
+
 def render_comparison_html(
     comparison: Comparison, fail_above_pct: float | None = None, title: str = "Comparison"
 ) -> str:
@@ -155,16 +253,25 @@ def render_comparison_html(
     verdict = ""
     if fail_above_pct is not None:
         failures = regressions(c, fail_above_pct)
+        unsure = undecided(c, fail_above_pct)
         if failures:
             items = "".join(f"<div>regression: {html.escape(line)}</div>" for line in failures)
             verdict = (
                 f'<div class="verdict fail" id="nm-verdict">Fails --fail-above '
                 f"{fail_above_pct:g}%{items}</div>"
             )
+        elif unsure:
+            items = "".join(f"<div>{html.escape(line)}</div>" for line in unsure)
+            verdict = (
+                f'<div class="verdict insufficient" id="nm-verdict" '
+                'style="background:#fff4e5;color:#b26a00">The gate cannot decide at '
+                f"--fail-above {fail_above_pct:g}%: insufficient data{items}</div>"
+            )
         else:
             verdict = (
                 f'<div class="verdict pass" id="nm-verdict">The gate passes: no run\'s '
-                f"{c.time_metric} is more than {fail_above_pct:g}% above the baseline's.</div>"
+                f"{c.time_metric} interval reaches above {1 + fail_above_pct / 100:.2f}x the "
+                "baseline's.</div>"
             )
     notes = "".join(f'<div class="note">{html.escape(n)}</div>' for n in c.notes)
     ops_html, top = _ops(c)
@@ -176,6 +283,7 @@ def render_comparison_html(
         '<h2>Per run</h2><div class="legend"><span style="--c:#2167d1">baseline</span>'
         '<span style="--c:#1a7f37">lower than the baseline</span><span style="--c:#c62828">'
         "higher</span></div>"
+        f"{_how_sure(c)}"
         f"{_totals(c)}<h2>Per operator ({html.escape(field)} per step)</h2>{ops_html}"
     )
     return page(title, body, {"op_max": top}, ("comparison.js",))

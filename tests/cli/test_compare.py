@@ -88,13 +88,13 @@ def test_regression_gate_passes_and_fails(rmsnorm_runs, monkeypatch, capsys) -> 
     naive_cpu = client.get_run(naive).data.metrics["profile/cpu_time_us"]
     fused_cpu = client.get_run(fused).data.metrics["profile/cpu_time_us"]
     slower, faster = (naive, fused) if naive_cpu > fused_cpu else (fused, naive)
-    # the faster run against itself as baseline passes any gate
-    assert main(["compare", faster, faster, "--fail-above", "0"]) == 0
-    capsys.readouterr()
-    assert main(["compare", slower, "--baseline", faster, "--fail-above", "1"]) == 1
+    # two steps a window, one window a run: the gate cannot decide either way
+    assert main(["compare", faster, faster, "--fail-above", "0"]) == 3
+    assert main(["compare", slower, "--baseline", faster, "--fail-above", "1"]) == 3
     err = capsys.readouterr().err
-    assert f"regression: run {slower}" in err and "above the baseline's" in err
-    assert main(["compare", slower, "--baseline", faster, "--fail-above", "100000"]) == 0
+    assert "too few samples" in err and "exit 3" in err
+    args = ["--fail-above", "1", "--allow-insufficient"]
+    assert main(["compare", slower, "--baseline", faster, *args]) == 0
 
 
 def test_bad_run_ids_and_runs_without_profile_metrics_exit_2(capsys, tracking_uri) -> None:
@@ -122,12 +122,24 @@ def test_compare_reads_metrics_when_there_is_no_summary_artifact(capsys) -> None
         client.log_metric(run, "profile/op_calls", 2.0)
         client.log_metric(run, "profile/cpu_time_us", cpu)
         client.log_metric(run, "profile/op/aten.mul/self_cpu_us", cpu)
-    assert main(["compare", a, b, "--format", "json", "--fail-above", "60"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    # an old run: one window, one value a metric: it still compares, and says it cannot decide
+    assert main(["compare", a, b, "--format", "json", "--fail-above", "40"]) == 3
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
     assert data["headline_change_pct"][b]["cpu_time_us"] == pytest.approx(50.0)
+    estimate = data["estimates"][b]["cpu_time_us"]
+    assert estimate["verdict"] == "insufficient data" and estimate["ratio"] == pytest.approx(1.5)
+    assert "insufficient data for --fail-above 40 (exit 3)" in captured.err
     (row,) = data["ops"]
     assert row["op"] == "aten.mul" and row["delta_pct"][b] == pytest.approx(50.0)
-    assert main(["compare", a, b, "--fail-above", "40"]) == 1
+    assert row["estimate"][b]["verdict"] == "insufficient data"
+    assert main(["compare", a, b, "--fail-above", "40", "--allow-insufficient"]) == 0
+    # three windows a side (the metric history) are enough to decide
+    for run, cpu in ((a, 10.0), (b, 15.0)):
+        for step, wobble in ((5, 0.1), (9, -0.1)):
+            client.log_metric(run, "profile/cpu_time_us", cpu + wobble, step=step)
+    assert main(["compare", a, b, "--format", "json", "--fail-above", "40"]) == 1
+    assert "regression: run " in capsys.readouterr().err
 
 
 def test_runs_with_different_prefixes_are_compared_on_what_they_share(capsys) -> None:
