@@ -8,7 +8,10 @@ on the same input, configuration and schedule:
 - ``compiled``: the naive function under ``torch.compile(fullgraph=True)`` (the Neuron
   backend for torch.compile on Trainium, the default backend elsewhere).
 
-The parent run gets ``comparison.md`` (the seed's side-by-side table, then the changes
+The parent run is named after what it compared and when (``rmsnorm naive|rms_norm|compiled
+2026-12-04 14:02``) and carries the headline as columns for the runs list: the tag ``result``
+(e.g. ``compiled fastest: 1.31x vs naive (wall time)``), the tag ``fastest`` and the metric
+``speedup``. The parent run gets ``comparison.md`` (the seed's side-by-side table, then the changes
 against the first variant), ``comparison.html`` (the same as a picture) and the headline
 metrics per variant; the table is printed at the end. Run it with::
 
@@ -18,8 +21,10 @@ metrics per variant; the table is printed at the end. Run it with::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 
 import mlflow
@@ -62,6 +67,33 @@ def _device(backend: str) -> str:
     return "cpu"
 
 
+def headline(summaries: dict[str, nm.OpSummary]) -> tuple[str, str, float]:
+    """The fastest variant, its speedup and the sentence for the runs list.
+
+    Times are device time when every variant has one, else wall time. The speedup is against
+    the first variant (the baseline), or against the runner-up when the baseline is fastest.
+    """
+    measure = "device time"
+    times = {v: s.device_time_us for v, s in summaries.items()}
+    if any(t is None for t in times.values()):
+        measure, times = "wall time", {v: s.wall_time_us for v, s in summaries.items()}
+    ranked = sorted(summaries, key=lambda v: times[v] or 0.0)
+    fastest, baseline = ranked[0], next(iter(summaries))
+    if len(ranked) == 1:
+        return fastest, f"{fastest} only: nothing to compare", 1.0
+    other = baseline if baseline != fastest else ranked[1]
+    speedup = (times[other] or 0.0) / max(times[fastest] or 0.0, 1e-9)
+    return fastest, f"{fastest} fastest: {speedup:.2f}x vs {other} ({measure})", speedup
+
+
+def ui_hint(tracking_uri: str, experiment_id: str) -> str:
+    """How to open the runs list of ``experiment_id`` (the command, then the URL)."""
+    runs = f"#/experiments/{experiment_id}/runs"
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri.rstrip('/')}/{runs}"
+    return f"mlflow ui --backend-store-uri {tracking_uri}, then open http://127.0.0.1:5000/{runs}"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=256)
@@ -82,6 +114,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if "MLFLOW_LOGGING_LEVEL" not in os.environ:  # MLflow's own switch; set it to see INFO
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
     device = _device(args.backend)
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
@@ -93,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         mlflow.set_experiment(args.experiment)
     summaries: dict[str, nm.OpSummary] = {}
     runs: dict[str, tuple[str, nm.OpSummary]] = {}
-    with mlflow.start_run(run_name="rmsnorm") as parent:
+    name = f"rmsnorm {'|'.join(args.variants)} {time.strftime('%Y-%m-%d %H:%M')}"
+    with mlflow.start_run(run_name=name) as parent:
         mlflow.log_params({k: getattr(args, k) for k in ("rows", "hidden", "dtype", "backend")})
-        for variant in args.variants:
+        for number, variant in enumerate(args.variants, 1):
             with mlflow.start_run(run_name=variant, nested=True) as child:
                 profiled = nm.profile(config=config)(variant_fn(variant, device))
                 for _ in range(args.warmup + args.active):
@@ -106,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 summaries[variant] = summary
                 runs[variant] = (child.info.run_id, summary)
+                print(
+                    f"[{number}/{len(args.variants)}] {variant}: {summary.wall_time_us:.0f} us"
+                    f" wall per step, {summary.op_calls:g} op calls (run {child.info.run_id})",
+                    flush=True,
+                )
         table = nm.render_side_by_side(summaries)
         markdown, page = nm.comparison_report(runs, title="RMSNorm variants")
         mlflow.log_text(markdown, "comparison.md")
@@ -116,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
             if s.device_time_us is not None:
                 values["device_time_us"] = s.device_time_us
             mlflow.log_metrics({f"comparison/{variant}/{k}": v for k, v in values.items()})
+        fastest, result, speedup = headline(summaries)
+        mlflow.set_tags({"result": result, "fastest": fastest})
+        mlflow.log_metric("speedup", speedup)
         print(table)
-        print(f"parent run: {parent.info.run_id} at {mlflow.get_tracking_uri()}")
+        print(f"{result}; parent run {name!r} ({parent.info.run_id})")
+        print(f"See it in the UI: {ui_hint(mlflow.get_tracking_uri(), parent.info.experiment_id)}")
     return 0
 
 

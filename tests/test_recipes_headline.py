@@ -1,0 +1,70 @@
+"""Runs that say what they are, and a quiet terminal: the recipes as a newcomer runs them.
+
+The parent run is named after what it compared and when; its headline (``result`` and
+``fastest`` tags, ``speedup`` metric) is there to be added as a runs-list column; the job's
+own output is a progress line per variant and a summary that says how to open the UI.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.helpers import ROOT, parent_and_children, run_python
+
+WHEN = r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}"
+
+
+@pytest.mark.slow
+def test_rmsnorm_parent_run_is_named_and_carries_the_headline(tracking_uri) -> None:
+    out = run_python(
+        [
+            str(ROOT / "recipes" / "rmsnorm.py"),
+            *("--rows", "8", "--hidden", "32", "--warmup", "1", "--active", "2"),
+            *("--backend", "cpu", "--variants", "naive,rms_norm", "--experiment", "named"),
+        ],
+        tracking_uri,
+    )
+    client = MlflowClient(tracking_uri)
+    parent_id, children = parent_and_children(client, "named")
+    parent = client.get_run(parent_id)
+    assert re.fullmatch(rf"rmsnorm naive\|rms_norm {WHEN}", parent.info.run_name)
+    assert set(children) == {"naive", "rms_norm"}
+    fastest = parent.data.tags["fastest"]
+    assert fastest in children
+    assert parent.data.tags["result"].startswith(f"{fastest} fastest: ")
+    assert parent.data.metrics["speedup"] >= 1.0
+
+    lines = out.strip().splitlines()
+    assert len(lines) <= 15, out
+    assert lines[0].startswith("[1/2] naive: ") and lines[1].startswith("[2/2] rms_norm: ")
+    experiment = client.get_experiment_by_name("named").experiment_id
+    assert lines[-1] == (
+        f"See it in the UI: mlflow ui --backend-store-uri {tracking_uri}, then open "
+        f"http://127.0.0.1:5000/#/experiments/{experiment}/runs"
+    )
+
+
+@pytest.mark.slow
+def test_train_run_is_named_and_carries_the_headline(tracking_uri) -> None:
+    out = run_python(
+        [
+            str(ROOT / "recipes" / "train.py"),
+            *("--steps", "6", "--batch-size", "4", "--wait", "1", "--warmup", "1"),
+            *("--active", "2", "--backend", "cpu", "--experiment", "train-named"),
+        ],
+        tracking_uri,
+    )
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("train-named").experiment_id
+    (run,) = client.search_runs([experiment])
+    assert re.fullmatch(rf"train TinyTransformer 6 steps {WHEN}", run.info.run_name)
+    assert re.fullmatch(
+        r"train \d+\.\d ms/step, validate \d+\.\d ms/step \(wall\)", run.data.tags["result"]
+    )
+    assert run.data.metrics["train_step_ms"] > 0
+    lines = out.strip().splitlines()
+    assert len(lines) <= 15, out
+    assert lines[-1].endswith(f"#/experiments/{experiment}/runs")
