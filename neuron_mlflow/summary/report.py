@@ -7,7 +7,10 @@ JavaScript and CSS of ``assets/`` (ours) inline, the data as JSON in a
 
 What it shows:
 
-- the header: backend, device, window steps, run and window ids, versions;
+- the header: backend, device, window steps, run and window ids, versions; the totals per
+  step, with the aten operators dispatched (every ``aten::`` call, nested ones too) and the
+  top-level calls (``P/op_calls``: the roots of the call tree, an annotation such as
+  Lightning's ``[LightningModule]...training_step`` being one);
 - the **timeline** (from :func:`neuron_mlflow.trace.timeline.build_timeline`'s plain data):
   a lane per CPU thread and device stream / NeuronCore, steps shaded and numbered, operators
   nested by depth, device events coloured like the operator that launched them; wheel
@@ -98,7 +101,9 @@ def _totals(s: Mapping[str, Any]) -> str:
     elif s.get("device_note"):
         parts.append(str(s["device_note"]))
     parts.append(f"wall time {format_us(s['wall_time_us'])}")
-    parts.append(f"op calls {s['op_calls']:g}")
+    aten = sum(op["calls"] for op in s.get("ops") or [] if op["name"].startswith("aten::"))
+    parts.append(f"aten ops dispatched {aten:g}")
+    parts.append(f"top-level calls {s['op_calls']:g}")
     if s.get("partial"):
         parts.append("partial window (it ended before its last scheduled step)")
     parts.extend(line[2:] for line in verdict_lines(s.get("extra") or {}))  # Neuron verdict
@@ -157,6 +162,15 @@ def _steps(steps: list[Mapping[str, Any]]) -> str:
             '<span style="--c:#1a7f37">device busy share</span>'
         )
     out = [f'<div class="legend">{legend}</div><div class="steps" id="nm-steps">']
+    renamed = [st for st in steps if st.get("trace_step", st["step"]) != st["step"]]
+    if renamed:  # the name to look for in Perfetto; the page keeps the window's numbers
+        first, last = renamed[0], renamed[-1]
+        out.insert(
+            0,
+            f'<p class="muted" id="nm-trace-steps">Steps {first["step"]}-{last["step"]} are '
+            f"ProfilerStep#{first['trace_step']}-#{last['trace_step']} in the trace file "
+            "(torch.profiler counts from its own start).</p>",
+        )
     for st in steps:
         bars = [("", st["wall_us"] / top, format_us(st["wall_us"]))]
         if st.get("device_us") is not None:

@@ -64,8 +64,10 @@ class Timeline:
 
     Attributes:
         lanes: ``{"name", "kind": "cpu"|"device", "label"}`` per lane, CPU lanes first.
-        steps: ``{"step", "start_us", "wall_us", "device_us", "device_busy_pct"}`` per
-            ``ProfilerStep#N`` (device fields ``None`` without device events).
+        steps: ``{"step", "trace_step", "start_us", "wall_us", "device_us",
+            "device_busy_pct"}`` per ``ProfilerStep#N`` (device fields ``None`` without device
+            events). ``trace_step`` is ``N``, torch.profiler's own count; ``step`` is ``N``
+            too until :func:`number_steps` gives the steps the window's own numbers.
         names: every event name, by id.
         shapes: input-shape strings, by id.
         events: columns of the kept bars, longest first: ``kind`` (0 operator, 1 device),
@@ -155,6 +157,7 @@ def _steps(p: TimelinePass, launch_ts: dict[int, float]) -> list[dict[str, Any]]
         out.append(
             {
                 "step": number,
+                "trace_step": number,
                 "start_us": start,
                 "wall_us": wall,
                 "device_us": sum(b - a for a, b in intervals) if has_device else None,
@@ -162,6 +165,26 @@ def _steps(p: TimelinePass, launch_ts: dict[int, float]) -> list[dict[str, Any]]
             }
         )
     return out
+
+
+def number_steps(timeline: Timeline, first: int) -> Timeline:
+    """Give the timeline's steps the window's own numbers, the first profiled one ``first``.
+
+    ``ProfilerStep#N`` counts the steps since torch.profiler was created, which is not the
+    trainer's global step (a Lightning window ``step_000004-000008`` records
+    ``ProfilerStep#2`` to ``#6``); the page shows one numbering, the window's.
+    ``trace_step`` keeps ``N`` (the name to look for in the trace file).
+
+    Example:
+        >>> t = Timeline(steps=[{"step": 2, "trace_step": 2}, {"step": 3, "trace_step": 3}])
+        >>> [s["step"] for s in number_steps(t, 4).steps]
+        [4, 5]
+    """
+    if timeline.steps:
+        base = min(step["trace_step"] for step in timeline.steps)
+        for step in timeline.steps:
+            step["step"] = first + step["trace_step"] - base
+    return timeline
 
 
 def build_timeline(path: str | Path, max_events: int = MAX_EVENTS) -> Timeline:

@@ -30,7 +30,7 @@ from neuron_mlflow.errors import TraceFormatError
 from neuron_mlflow.naming import REPORT_FILE
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import BUDGET_BYTES, write_report
-from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline
+from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline, number_steps
 
 logger = logging.getLogger("neuron_mlflow")
 
@@ -100,14 +100,21 @@ def write_window_report(
         budget_bytes: the report's size budget.
         max_events: bars the timeline keeps at most.
 
+    Every step number on the page is the window's own (``manifest["window"]["first"]`` on:
+    the trainer's global step for Lightning), as in the header and the window id.
+
     A trace that cannot be read gives a report without a timeline (and an ``INFO`` log);
     other errors propagate (the caller decides: a window never fails for its report).
     """
     trace = trace or window_trace(artifacts_dir)
     timeline = None
+    first = (manifest.get("window") or {}).get("first")
     if trace is not None:
         try:
-            timeline = build_timeline(trace, max_events=max_events).to_dict()
+            built = build_timeline(trace, max_events=max_events)
+            if isinstance(first, int):
+                number_steps(built, first)
+            timeline = built.to_dict()
         except (TraceFormatError, OSError, EOFError) as exc:
             logger.info("report.html without a timeline: %s", exc)
     target = artifacts_dir / REPORT_FILE
