@@ -83,3 +83,30 @@ def artifact_files(run_id: str, path: str | None = None) -> list[str]:
 def download_json(run_id: str, path: str, dest: Path) -> dict:
     local = MlflowClient().download_artifacts(run_id, path, str(dest))
     return json.loads(Path(local).read_text())
+
+
+def wait_handled(local_dir: str | Path, timeout_s: float = 60.0) -> None:
+    """Wait until the worker process is done with every window spooled under ``local_dir``
+    (its manifest says ``handled``), e.g. after a job raised before its session closed."""
+    import time
+
+    from neuron_mlflow.sinks.spool import Spool
+
+    deadline = time.monotonic() + timeout_s
+    while not all(r.manifest.get("handled") for r in Spool(local_dir).windows()):
+        assert time.monotonic() < deadline, f"the worker did not finish {local_dir} in time"
+        time.sleep(0.05)
+
+
+def inject_worker_failure(monkeypatch, tmp_path: Path, target: str, message: str) -> None:
+    """Make ``target`` (``module:function``) raise ``RuntimeError(message)`` in the worker
+    processes started from now on (a ``sitecustomize`` on their ``PYTHONPATH``)."""
+    module, function = target.split(":")
+    folder = tmp_path / "inject"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        f"import {module} as _m\n"
+        f"def _broken(*args, **kwargs):\n    raise RuntimeError({message!r})\n"
+        f"_m.{function} = _broken\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), str(ROOT)]))

@@ -1,14 +1,17 @@
-"""Finishing a live window: spooled on the training thread, summarised and uploaded off it.
+"""Finishing a live window: spooled on the training thread, summarised by the worker process.
 
 When the profiler has stopped and the backend has written the window's trace, the session
-calls :func:`spool_live` (manifest and traces into the spool: a rename and a small file),
-then hands :func:`finish_window` (summary, summary files, upload) to the background worker.
+calls :func:`spool_live` (manifest and traces into the spool: a rename and a small file) and
+queues the window for the worker process (:mod:`neuron_mlflow.engine.worker`), which
+summarises it with :func:`summarise_window` (through
+:func:`~neuron_mlflow.engine.sync.summarise_spooled`, as ``sync`` does) and uploads it.
 
 Example:
     >>> import tempfile, time, torch
     >>> from neuron_mlflow.capture.backends import resolve_backend
     >>> from neuron_mlflow.capture.live import LiveWindow
     >>> from neuron_mlflow.config import ProfilerConfig, Schedule
+    >>> from neuron_mlflow.engine.sync import summarise_spooled
     >>> from neuron_mlflow.schedule import window_at
     >>> from neuron_mlflow.sinks.spool import Spool
     >>> cfg = ProfilerConfig(backend="cpu", schedule=Schedule(warmup=0, active=1))
@@ -19,34 +22,32 @@ Example:
     ...                   staging, staging / "artifacts" / "traces" / "rank_0")
     >>> live.start(); _ = torch.ones(4) * 2
     >>> live.record_step(0, time.perf_counter_ns()); live.step(); live.stop()
-    >>> result = finish_window(FinishJob(live, "profile", spool, session_dir, upload=False))
-    >>> result.record.status, result.summary.steps
-    ('pending', 1)
+    >>> job = FinishJob(live, "profile", spool, session_dir)
+    >>> spool_live(job)
+    >>> job.record.manifest["summarised"]
+    False
+    >>> summarise_spooled(job.record); job.record.release()
+    >>> job.record.manifest["metrics"]["profile/steps"]
+    1.0
 """
 
 from __future__ import annotations
 
-import time
+import sys
 import warnings
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.engine.environment import environment_tags
 from neuron_mlflow.engine.guard import guarded
-from neuron_mlflow.engine.upload import RunTarget, upload_window
+from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.window import WindowSpec, spool_window, write_summary
 from neuron_mlflow.errors import NeuronMlflowWarning
-from neuron_mlflow.naming import param_key
-from neuron_mlflow.sinks.mlflow_sink import JOB_TAG
+from neuron_mlflow.naming import metric_key, param_key
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary, build_summary
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -70,6 +71,8 @@ class FinishJob:
         job_id: the job's id (decided once by rank 0), so that every rank's windows of an
             offline job sync into one run.
         device_analysis: run the backend's analysis (off where it would read another host).
+        rank_metrics: log this rank's own times (``P/rank/<r>/...``; always in a job of
+            several ranks).
     """
 
     capture: LiveWindow
@@ -91,73 +94,7 @@ class FinishJob:
     environment: dict[str, str] = field(default_factory=dict)
     job_id: str | None = None
     device_analysis: bool = True
-
-
-@dataclass
-class FinishResult:
-    """A finished window: its spooled record, summary and run (``None`` where none)."""
-
-    record: WindowRecord | None
-    summary: OpSummary | None
-    run_id: str | None
-
-
-class Results:
-    """A session's finished windows, published by the worker thread, awaited by the session.
-
-    Example:
-        >>> from concurrent.futures import Future
-        >>> results = Results()
-        >>> done: Future = Future()
-        >>> _ = results.track(done); done.set_result(None)
-        >>> results.wait(1.0, strict=True), results.records
-        (True, [])
-    """
-
-    def __init__(self) -> None:
-        self.summary: OpSummary | None = None
-        self.run_id: str | None = None
-        self.records: list[WindowRecord] = []
-        self._jobs: list[Future[Any]] = []
-        self._summaries: list[Future[Any]] = []
-
-    def track(self, job: Future[T], summarised: Future[Any] | None = None) -> Future[T]:
-        """Remember ``job`` so that :meth:`wait` waits for it; ``summarised`` is set when its
-        summary is published (before the upload), for :meth:`wait` with ``summaries_only``."""
-        self._jobs.append(job)
-        self._summaries.append(summarised if summarised is not None else job)
-        return job
-
-    def publish(self, result: FinishResult) -> WindowRecord | None:
-        """Record a finished window's results (on the worker thread); a record already
-        published (at its summary) is not added twice."""
-        if result.record is not None and not any(r is result.record for r in self.records):
-            self.records.append(result.record)
-            self.summary = result.summary
-        if result.run_id is not None:
-            self.run_id = result.run_id
-        return result.record
-
-    def wait(self, timeout_s: float, strict: bool, summaries_only: bool = False) -> bool:
-        """Wait for every tracked job, at most ``timeout_s``; True when none is left.
-
-        With ``summaries_only`` wait until each job's summary is published, not its upload.
-        A job's exception is raised when ``strict`` (else it was already a warning).
-        """
-        deadline = time.monotonic() + timeout_s
-        jobs = self._summaries if summaries_only else self._jobs
-        for job in list(jobs):
-            try:
-                job.result(timeout=max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                return False
-            except Exception:
-                jobs.remove(job)
-                if strict:
-                    raise
-                continue
-            jobs.remove(job)
-        return True
+    rank_metrics: bool = False
 
 
 def summarise_live(capture: LiveWindow, partial: bool) -> tuple[OpSummary, str | None]:
@@ -211,7 +148,12 @@ def spool_live(job: FinishJob) -> None:
             "experiment_name": config.experiment_name,
             "run_name": config.run_name,
             "upload_traces": config.upload_traces,
-            "tracking_uri": None,
+            "tracking_uri": _tracking_uri(job.target),
+            "run_id": (job.target or RunTarget()).known_run(job.active_run),
+            "experiment_id": _active_experiment_id(config.experiment_name),
+            "rank": job.rank,
+            "world_size": job.world_size,
+            "rank_metrics": job.rank_metrics,
             "steps": capture.recorded_steps,
             "wall_time_us": capture.wall_ns / 1000.0,
             # what `sync` needs to summarise the window when this process ends first
@@ -227,6 +169,48 @@ def spool_live(job: FinishJob) -> None:
     )
 
 
+def _tracking_uri(target: RunTarget | None) -> str | None:
+    """The tracking URI the worker process uploads to: the session's, else the one MLflow
+    resolves in this process (``mlflow.set_tracking_uri``) when MLflow is imported; else
+    ``None`` (the worker resolves it from the same environment and folder)."""
+    if target is not None and target.tracking_uri:
+        return target.tracking_uri
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None:
+        return None
+    try:
+        return str(mlflow.get_tracking_uri())
+    except Exception:
+        return None
+
+
+def _active_experiment_id(experiment_name: str | None) -> str | None:
+    """The experiment set in this process with ``mlflow.set_experiment`` (the worker process
+    cannot see it), when the config names none."""
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if experiment_name or fluent is None:
+        return None
+    active = getattr(fluent, "_active_experiment_id", None)
+    return str(active) if active else None
+
+
+def rank_metrics(prefix: str, rank: int, summary: OpSummary) -> dict[str, float]:
+    """This rank's own times (``P/rank/<rank>/...``), logged by its own worker.
+
+    Example:
+        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
+        >>> rank_metrics("P", 1, build_summary([RawOp("a", 1, 5.0, 5.0)], 1, 1, 7.0))
+        {'P/rank/1/cpu_time_us': 5.0, 'P/rank/1/wall_time_us': 7.0}
+    """
+    device = summary.device_time_us
+    name = "device_time_us" if device is not None else "cpu_time_us"
+    return {
+        metric_key(prefix, "rank", str(rank), name): device if device is not None
+        else summary.cpu_time_us,
+        metric_key(prefix, "rank", str(rank), "wall_time_us"): summary.wall_time_us,
+    }  # fmt: skip
+
+
 def summarise_window(job: FinishJob) -> OpSummary:
     """Summarise the spooled window ``job.record`` from its trace and write its summary files
     and metrics (:func:`~neuron_mlflow.engine.window.write_summary`); the live worker and
@@ -239,6 +223,8 @@ def summarise_window(job: FinishJob) -> OpSummary:
         job.record.manifest["tags"]["neuron_mlflow.device_time_source"] = device_time_source
     summary = _device_analysis(job, summary)
     job.spec.summary = summary
+    if job.world_size > 1 or job.rank_metrics:  # each rank logs its own: no collective
+        job.spec.rank_metrics = rank_metrics(job.prefix, job.rank, summary)
     write_summary(job.record, job.spec)
     return summary
 
@@ -269,61 +255,3 @@ def _device_analysis(job: FinishJob, summary: OpSummary) -> OpSummary:
         job.spec.document.setdefault("errors", []).append(error)
         warnings.warn(f"neuron-mlflow: {error}", NeuronMlflowWarning, stacklevel=2)
     return found.summary
-
-
-def finish_window(
-    job: FinishJob, on_summary: Callable[[FinishResult], Any] | None = None
-) -> FinishResult:
-    """On the worker: summarise the spooled window and (unless told not to) upload it.
-
-    ``on_summary`` receives the result as soon as the summary is written, before the upload
-    (so the summary never waits on the network). Our failures become one
-    :class:`~neuron_mlflow.errors.NeuronMlflowWarning` (the window stays in the spool with its
-    traces), unless the configuration is strict. Then this process's claim on the window is
-    given up (:mod:`neuron_mlflow.sinks.claims`): from here on ``sync`` may take it.
-    """
-    try:
-        return _finish(job, on_summary)
-    finally:
-        if job.record is not None:
-            job.record.release()
-
-
-def _finish(job: FinishJob, on_summary: Callable[[FinishResult], Any] | None) -> FinishResult:
-    capture, config = job.capture, job.capture.config
-    try:
-        if job.record is None:
-            spool_live(job)
-        record = job.record
-        assert record is not None
-        summary = summarise_window(job)
-    except Exception as exc:
-        if config.strict:
-            raise
-        where = job.record.path if job.record is not None else capture.staging
-        warnings.warn(
-            f"neuron-mlflow: could not write the window's summary ({type(exc).__name__}: "
-            f"{exc}); its raw capture is kept at {where}",
-            NeuronMlflowWarning,
-            stacklevel=2,
-        )
-        return FinishResult(None, None, None)
-    if on_summary is not None:
-        on_summary(FinishResult(record, summary, None))
-    if job.status == "incomplete":
-        warnings.warn(
-            f"neuron-mlflow: the profiled code raised ({job.error}); what was captured is kept "
-            f"at {record.path} (incomplete, not uploaded; "
-            "`neuron-mlflow sync --include-incomplete` uploads it)",
-            NeuronMlflowWarning,
-            stacklevel=2,
-        )
-        return FinishResult(record, summary, None)
-    run_id = None
-    if job.upload:
-        target = job.target or RunTarget()
-        tags = dict(job.environment)  # read once, on the training thread, by spool_live
-        if job.job_id:
-            tags[JOB_TAG] = job.job_id  # sync finds this run for the job's other ranks
-        run_id = upload_window(record, target, config, tags, job.active_run)
-    return FinishResult(record, summary, run_id)

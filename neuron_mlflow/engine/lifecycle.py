@@ -3,7 +3,7 @@
 :class:`WindowLifecycle` is the base of :class:`~neuron_mlflow.engine.session.ProfilingSession`:
 it opens a :class:`~neuron_mlflow.capture.live.LiveWindow` when a window's warm-up begins and,
 after its last step, stops it, spools the window (manifest + traces, on the training thread)
-and hands the rest to the background worker (:mod:`neuron_mlflow.engine.handoff`).
+and queues the rest for the worker process (:mod:`neuron_mlflow.engine.handoff`).
 
 Example:
     >>> from neuron_mlflow import ProfilerConfig
@@ -17,14 +17,14 @@ from __future__ import annotations
 import shutil
 import warnings
 import weakref
-from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.engine import signals
-from neuron_mlflow.engine.finish import FinishJob, Results, spool_live
-from neuron_mlflow.engine.handoff import hand_off
+from neuron_mlflow.engine.finish import FinishJob, spool_live
+from neuron_mlflow.engine.handoff import Results
+from neuron_mlflow.engine.worker import Job, SkewRequest
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.naming import trace_folder
 from neuron_mlflow.schedule import window_at
@@ -58,6 +58,8 @@ class WindowLifecycle:
     _results: Results
     _metric_step: Callable[[], int] | None
     _traces_only: bool
+    _capture_ranks: tuple[int, ...] | None
+    _rank_metrics: bool
 
     def _next_after(self, step: int) -> int | None:
         raise NotImplementedError
@@ -96,9 +98,10 @@ class WindowLifecycle:
             signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
 
     def _finish_window(
-        self, status: str, partial: bool, error: str | None = None, inline: bool = False
-    ) -> Future[WindowRecord | None] | None:
-        """Stop the profiler here (the trace is written), then finish on the worker."""
+        self, status: str, partial: bool, error: str | None = None
+    ) -> WindowRecord | None:
+        """Stop the profiler here (the trace is written), spool the window and queue it for
+        the worker process: all the training thread does. Returns the spooled record."""
         capture = self._capture
         if capture is None:
             return None
@@ -128,6 +131,22 @@ class WindowLifecycle:
             upload=self.upload_enabled and status != "incomplete",
             target=self.target,
             active_run=self.target.active_run(),
+            rank_metrics=self._rank_metrics,
         )
         self._guarded(spool_live, job)  # the window is in the spool before the step returns
-        return hand_off(self._results, job, str(self._spool.root), self.config, inline)
+        record = job.record
+        if record is None:
+            return None
+        record.release()  # the worker process claims it
+        skew = None
+        if rank == 0 and world_size > 1 and job.upload:
+            ranks = self._capture_ranks or tuple(range(world_size))
+            skew = SkewRequest(self.prefix, int(record.manifest["metric_step"]), tuple(ranks))
+        handed = Job(
+            window=record.path.relative_to(self._spool.root.absolute()).as_posix(),
+            upload=job.upload,
+            upload_timeout_s=self.config.upload_timeout_s,
+            skew=skew,
+        )
+        self._guarded(self._results.hand_off, record, handed)
+        return record

@@ -5,7 +5,8 @@ Outside a window a step costs a counter increment and one comparison: the profil
 created when a window's warm-up begins and stopped when its last recorded step ends. The
 step that ends a window only stops the profiler and lets the backend write its trace; the
 rest of the window (summary, window folder, upload) is finished by the background worker
-(:mod:`neuron_mlflow.engine.worker`). ``summary``, ``records`` and ``run_id`` wait for it.
+(:mod:`neuron_mlflow.engine.worker`, a process of its own). ``summary``, ``records`` and
+``run_id`` read what it finished, and wait for it only when called.
 
 Example:
     >>> import tempfile, torch
@@ -24,9 +25,10 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 from collections.abc import Callable
-from concurrent.futures import Future
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -35,18 +37,19 @@ from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.environment import rank_and_world_size
-from neuron_mlflow.engine.finish import Results
-from neuron_mlflow.engine.guard import guarded
-from neuron_mlflow.engine.handoff import hand_off_upload
+from neuron_mlflow.engine.guard import guarded, report
+from neuron_mlflow.engine.handoff import Results
 from neuron_mlflow.engine.lifecycle import WindowLifecycle, _capturing
-from neuron_mlflow.engine.rank_metrics import spool_rank_metrics
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.upload import RunTarget
-from neuron_mlflow.engine.worker import worker
+from neuron_mlflow.engine.worker import WorkerClient
 from neuron_mlflow.naming import CALL_MARKER_PREFIX
 from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary
+
+_open_sessions: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
+"""Sessions not closed yet: at exit each waits (bounded) for the worker to finish its windows."""
 
 WAIT_S = 60.0
 """How long ``summary``/``run_id``/``close()`` wait for the background worker."""
@@ -73,6 +76,10 @@ class ProfilingSession(WindowLifecycle):
             every window's manifest so that an offline job's ranks sync into one run.
         system_metrics: start the ``neuron-monitor`` sampler with the session when
             ``neuron.system_metrics`` asks for it (the Lightning callback runs its own).
+        capture_ranks: the global ranks that capture (rank 0's worker logs the rank skew
+            over them); default: every rank.
+        rank_metrics: log this rank's own times as ``P/rank/<r>/...`` (always when there
+            are several ranks).
 
     Raises:
         BackendUnavailableError: the configured backend cannot run here.
@@ -96,6 +103,8 @@ class ProfilingSession(WindowLifecycle):
         follow_active_run: bool = True,
         job_id: str | None = None,
         system_metrics: bool = True,
+        capture_ranks: tuple[int, ...] | None = None,
+        rank_metrics: bool = False,
     ) -> None:
         self.config = config
         self.prefix = prefix or config.metric_prefix
@@ -115,7 +124,10 @@ class ProfilingSession(WindowLifecycle):
         self._step_started_ns = 0
         self._closed = False
         self._disabled = False
-        self._results = Results()
+        self._results = Results(WorkerClient(self._spool.root))
+        self._capture_ranks = capture_ranks
+        self._rank_metrics = rank_metrics
+        _open_sessions.add(self)
         self._system: SystemMetrics | None = None
         if system_metrics:
             active = self.target.active_run()
@@ -192,12 +204,12 @@ class ProfilingSession(WindowLifecycle):
             self._guarded(capture.enter_marker, CALL_MARKER_PREFIX + call_name)
         self._step_started_ns = time.perf_counter_ns()
 
-    def end_step(self) -> Future[WindowRecord | None] | None:
+    def end_step(self) -> WindowRecord | None:
         """Mark the end of step ``step_num``; closes the window after its last step.
 
         Returns:
-            When this step finished a window, the future of its spooled record (finished
-            by the background worker), else ``None``.
+            When this step finished a window, its spooled record (summarised and uploaded
+            by the worker process), else ``None``.
         """
         capture = self._capture
         if capture is None:
@@ -234,13 +246,19 @@ class ProfilingSession(WindowLifecycle):
         self.step_num += 1
         with suppress(Exception):
             error = f"{type(exc).__name__}: {exc}"
-            self._finish_window(status="incomplete", partial=True, error=error, inline=True)
+            record = self._finish_window(status="incomplete", partial=True, error=error)
+            if record is not None:
+                report(
+                    f"neuron-mlflow: the profiled code raised ({error}); what was captured "
+                    f"is kept at {record.path} (incomplete, not uploaded; "
+                    "`neuron-mlflow sync --include-incomplete` uploads it)"
+                )
 
-    def flush(self) -> Future[WindowRecord | None] | None:
+    def flush(self) -> WindowRecord | None:
         """Stop a window still open and log it as partial (the end of a stage); go on after.
 
         Returns:
-            The future of the spooled window, if one was open.
+            The spooled window, if one was open.
         """
         if self._capture is None:
             return None
@@ -257,7 +275,15 @@ class ProfilingSession(WindowLifecycle):
         self.flush()
         self._next_start = None
         if not self.wait(self.config.upload_timeout_s):
-            worker().drain_or_warn(0.0, [str(self._spool.root)])
+            report(
+                f"neuron-mlflow: profiling window(s) were not uploaded within "
+                f"{self.config.upload_timeout_s:g} s (upload_timeout_s); the worker process "
+                f"goes on for as long after this process ends, then they stay in "
+                f"{self._spool.root}. Run `neuron-mlflow sync --local-dir {self._spool.root}` "
+                "to upload them"
+            )
+        self._results.close()
+        _open_sessions.discard(self)
         if self._system is not None:
             system, self._system = self._system, None
             self._guarded(system.stop)
@@ -300,23 +326,20 @@ class ProfilingSession(WindowLifecycle):
     def _rank(self) -> tuple[int, int]:
         return self._rank_info or rank_and_world_size()
 
-    def spool_metrics(
-        self, window: WindowRecord, metrics: dict[str, float], metric_step: int
-    ) -> Future[str | None] | None:
-        """Spool more metrics of ``window`` (e.g. per-rank times) and hand them to the
-        uploader, which sends them after the window (never on this thread)."""
-        if not metrics or self._session_dir is None:
-            return None
-        record = spool_rank_metrics(
-            self._spool, self._session_dir, window.artifact_path, metrics, metric_step,
-            self.config, self.target.known_run(), self.job_id,
-        )  # fmt: skip
-        if not self.upload_enabled:
-            record.release()
-            return None
-        return hand_off_upload(
-            self._results, record, self.target, self.config, self.job_id, str(self._spool.root)
-        )
-
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"
+
+
+@atexit.register
+def _wait_at_exit() -> None:
+    """At exit, an unclosed session (a decorated function) waits at most ``upload_timeout_s``
+    for the worker to finish its windows, so the run is complete when the script ends."""
+    for session in list(_open_sessions):
+        with suppress(Exception):
+            if not session.wait(session.config.upload_timeout_s):
+                report(
+                    f"neuron-mlflow: profiling window(s) were not uploaded within "
+                    f"{session.config.upload_timeout_s:g} s (upload_timeout_s); they stay "
+                    f"in {session._spool.root}. Run `neuron-mlflow sync --local-dir "
+                    f"{session._spool.root}` to upload them"
+                )

@@ -2,9 +2,9 @@
 
 A front end (the Lightning callback) says when a step begins and ends; :class:`StageWindows`
 keeps the rest for one stage: which step is open, which windows are done (saved in checkpoints),
-the first step that can touch a window (hooks before it return at once), the plan check, and,
-when a window ends, every rank's times gathered through :class:`RankGroup` and logged by the
-root rank. Nothing here imports a training framework: ranks meet through a callable.
+the first step that can touch a window (hooks before it return at once) and the plan check.
+When a window ends nothing waits and no rank meets another: each rank's worker logs its own
+times. Nothing here imports a training framework.
 
 Example:
     >>> import tempfile
@@ -16,7 +16,7 @@ Example:
     ...                        lambda: ProfilingSession(config, prefix="profile/train"))
     >>> for step in range(3):
     ...     windows.begin(step)
-    ...     windows.end(step + 1, RankGroup())
+    ...     windows.end(step + 1)
     >>> windows.done, windows.summary.steps
     ({0}, 1)
     >>> windows.close()
@@ -26,25 +26,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.errors import ConfigError
-from neuron_mlflow.naming import metric_key
 from neuron_mlflow.schedule import Action, action_at, next_window_start, window_at
 
 if TYPE_CHECKING:
     from neuron_mlflow.engine.session import ProfilingSession
     from neuron_mlflow.summary.ops import OpSummary
-
-Gather = Callable[[list[float]], list[list[float]]]
-"""Collective: every rank passes one row of floats, every rank gets all rows (in rank order)."""
-
-
-def _alone(row: list[float]) -> list[list[float]]:
-    return [row]
-
 
 def check_ranks(ranks: Iterable[int] | None) -> frozenset[int] | None:
     """The global ranks that capture, checked (``None``: all ranks).
@@ -63,27 +53,6 @@ def check_ranks(ranks: Iterable[int] | None) -> frozenset[int] | None:
             "(or None for all ranks)"
         )
     return frozenset(chosen)
-
-
-@dataclass
-class RankGroup:
-    """How the ranks of a job meet when a window ends (one process by default).
-
-    Args:
-        gather: the collective (see :data:`Gather`); every rank must call it for every window.
-        is_root: this rank logs the per-rank metrics.
-        tracking_uri: MLflow tracking URI of the run (``None``: the default).
-        run_id: the run per-rank metrics go to (``None``: the session's own run, if any).
-
-    Example:
-        >>> RankGroup().gather([1.0, 2.0])
-        [[1.0, 2.0]]
-    """
-
-    gather: Gather = field(default=_alone)
-    is_root: bool = True
-    tracking_uri: str | None = None
-    run_id: str | None = None
 
 
 class StageWindows:
@@ -109,8 +78,7 @@ class StageWindows:
         self.done: set[int] = set()
         """Indices of windows logged (or given up) by this stage; saved in checkpoints."""
         self.session: ProfilingSession | None = None
-        self.summary: OpSummary | None = None
-        """The summary of the last window this rank captured."""
+        self._last_session: ProfilingSession | None = None
         self.open_step: int | None = None
         self.next_step = 0
         """The number of the stage's next step (kept by the front end)."""
@@ -146,8 +114,8 @@ class StageWindows:
             self.session.seek(step)
             self.session.begin_step(call_name)
 
-    def end(self, metric_step: int, group: RankGroup) -> None:
-        """The open step ends; a window it completes is gathered and logged."""
+    def end(self, metric_step: int) -> None:
+        """The open step ends; a window it completes is handed to the worker."""
         step = self.open_step
         if step is None:
             return
@@ -162,9 +130,9 @@ class StageWindows:
         if window is None or step == window.last:
             self.quiet_until = self._first_start(step + 1)
         if window is not None and action_at(schedule, step) == Action.RECORD_AND_SAVE:
-            self.window_ended(window.index, group)
+            self.window_ended(window.index)
 
-    def finish(self, last_step: int | None, group: RankGroup) -> None:
+    def finish(self, last_step: int | None) -> None:
         """The stage ends after ``last_step``: a window cut short is logged (partial)."""
         self.open_step = None
         if last_step is None or last_step < 0:
@@ -174,58 +142,20 @@ class StageWindows:
             return
         if self.session is not None:
             self.session.flush()
-        self.window_ended(window.index, group)
+        self.window_ended(window.index)
 
-    def window_ended(self, index: int, group: RankGroup) -> None:
-        """Every rank: mark window ``index`` done, gather per-rank times, the root logs them."""
-        if index in self.done:
-            return
-        session = self.session
-        row = [math.nan, math.nan, math.nan]
-        summary = session.summary if session is not None else None
-        records = session.records if session is not None else []
-        if summary is not None and records and records[-1].manifest["window"]["index"] == index:
-            self.summary = summary
-            device = summary.device_time_us
-            row = [
-                device if device is not None else summary.cpu_time_us,
-                summary.wall_time_us,
-                0.0 if device is None else 1.0,
-            ]
+    def window_ended(self, index: int) -> None:
+        """Mark window ``index`` done. Nothing else happens on the training thread: no wait
+        for its summary, no collective across ranks (each rank's worker logs its own times,
+        and rank 0's worker the skew across ranks)."""
         self.done.add(index)
-        rows = group.gather(row)
-        if group.is_root:
-            self.log_rank_times(rows, group)
 
-    def rank_metrics(self, rows: list[list[float]]) -> dict[str, float]:
-        """Per-rank metrics from gathered rows ``(time_us, wall_us, has_device)``.
-
-        Example:
-            >>> import neuron_mlflow as nm
-            >>> w = StageWindows(nm.ProfilerConfig(), "profile/train", lambda: None)
-            >>> w.rank_metrics([[5.0, 7.0, 0.0], [float("nan")] * 3])
-            {'profile/train/rank/0/cpu_time_us': 5.0, 'profile/train/rank/0/wall_time_us': 7.0}
-        """
-        metrics: dict[str, float] = {}
-        for rank, (time_us, wall_us, has_device) in enumerate(rows):
-            if math.isnan(time_us):
-                continue
-            name = "device_time_us" if has_device == 1.0 else "cpu_time_us"
-            metrics[metric_key(self.prefix, "rank", str(rank), name)] = time_us
-            metrics[metric_key(self.prefix, "rank", str(rank), "wall_time_us")] = wall_us
-        return metrics
-
-    def log_rank_times(self, rows: list[list[float]], group: RankGroup) -> None:
-        """Hand :meth:`rank_metrics` to the spool and the background uploader (never logged
-        from the training thread); they follow the window into its run."""
-        session = self.session
-        metrics = self.rank_metrics(rows)
-        if session is None or not metrics:
-            return
-        records = session.records
-        if not records:
-            return
-        session.guard(session.spool_metrics, records[-1], metrics, self.metric_step)
+    @property
+    def summary(self) -> OpSummary | None:
+        """The summary of the last window this rank captured (waits, bounded, for the worker
+        process to summarise it: only when asked)."""
+        session = self.session or self._last_session
+        return session.summary if session is not None else None
 
     def plan_warning(
         self, stage: str, planned: float | None, start: int, detail: str
@@ -271,4 +201,5 @@ class StageWindows:
         """Close the session (a later step opens a new one)."""
         if self.session is not None:
             self.session.close()
+            self._last_session = self.session
         self.session = None

@@ -76,6 +76,10 @@ def summarise_spooled(record: WindowRecord) -> None:
         session_dir,
         status=record.status,
         partial=bool(facts.get("partial")),
+        rank=int(manifest.get("rank") or 0),
+        world_size=int(manifest.get("world_size") or 1),
+        rank_metrics=bool(manifest.get("rank_metrics")),
+        traces_only=bool(manifest.get("traces_only")),
         record=record,
         # Explorer, the chip's peak and the core count are read from the host it runs on
         device_analysis=there in (None, here),
@@ -96,6 +100,7 @@ def summarise_spooled(record: WindowRecord) -> None:
         document=document,
         status="incomplete" if record.status == "incomplete" else "pending",
         error=manifest.get("error"),
+        traces_only=bool(manifest.get("traces_only")),
     )
     if not job.device_analysis and hasattr(job.capture.backend, "analyze_window"):
         document.setdefault("errors", []).append(

@@ -61,6 +61,9 @@ class WindowSpec:
         manifest: more manifest fields (experiment and run names, traces_only, ...).
         strict: a failure to write ``report.html`` raises (else it is a warning).
         run_id: the run the window goes to, when known before the upload (report header).
+        rank_metrics: this rank's own times (``P/rank/<r>/...``) in a job of several ranks.
+        traces_only: the window of a rank other than 0: its metrics are its rank metrics only
+            (rank 0 logs the window's summary metrics, params and tags).
     """
 
     prefix: str
@@ -83,6 +86,8 @@ class WindowSpec:
     manifest: dict[str, Any] = field(default_factory=dict)
     strict: bool = False
     run_id: str | None = None
+    rank_metrics: dict[str, float] = field(default_factory=dict)
+    traces_only: bool = False
 
     @property
     def artifact_path(self) -> str:
@@ -152,10 +157,17 @@ def write_summary(record: WindowRecord, spec: WindowSpec) -> WindowRecord:
     assert spec.summary is not None, "the window has not been summarised"
     summary = spec.summary.with_partial(spec.partial)
     write_summary_files(record.artifacts_dir, summary, title, document)
+    # steps.jsonl (per-step samples for `compare`) and the _p50/_iqr metrics; never fails it
+    from neuron_mlflow.trace.step_samples import write_step_samples
+
+    steps = (record.artifacts_dir, record.artifacts_dir / "traces", spec.top_k)
+    summary.extra.update(guarded(False, write_step_samples, *steps) or {})
     # report.html (the timeline from the window's trace): never fails the window
     report = (record.artifacts_dir, summary, record.manifest, spec.run_id)
     guarded(spec.strict, write_window_report, *report)
-    record.update(metrics=window_metrics_of(spec), summarised=True, status=spec.status)
+    metrics = {} if spec.traces_only else window_metrics_of(spec)
+    metrics.update(spec.rank_metrics)
+    record.update(metrics=metrics, summarised=True, status=spec.status)
     return record
 
 

@@ -1,201 +1,435 @@
-"""The background uploader: one thread per process that finishes windows off the training thread.
+"""The worker process: summarises, analyses, renders and uploads spooled windows.
 
-The training thread only stops the profiler, spools the window (manifest and traces) and
-submits the rest (summary, then the upload: metrics, params once per prefix and run and tags,
-then artifacts, each chunk marked in the manifest when the server confirmed it) here. Jobs
-run one at a time in submission order from a bounded queue. At the end of a session
-(``close()``, the callback's ``teardown``) and at process exit (``atexit``) the worker drains
-for at most ``upload_timeout_s``; what is left stays in the spool, with one warning that names
-the folder and the ``neuron-mlflow sync`` command.
+The training process only stops the profiler, lets it write its trace, renames the window
+into the spool and drops a small job file into the spool's queue (``<local_dir>/.queue/``);
+everything slow runs here, in another interpreter that imports no user code (and no
+``torch``: the trace engine reads the trace files), at a lower CPU priority. So no window
+measures the summary or the upload of the one before it, and no step waits for them.
+
+One worker serves one spool folder (ranks on a host share ``local_dir``, so one per host):
+``python -m neuron_mlflow.engine.worker <local_dir>``, started by the first window that is
+handed over (:class:`WorkerClient`), holding ``<local_dir>/.worker.lock`` while it runs. It
+takes the queued jobs in order, claims each window (:mod:`neuron_mlflow.sinks.claims`: a
+``neuron-mlflow sync`` never sends the same window), summarises it with the same code as
+``sync`` (:func:`~neuron_mlflow.engine.sync.summarise_spooled`) and uploads it. Each training
+process registers in ``<local_dir>/.clients/`` (a held ``flock``): the worker stays while one
+is alive (up to ``idle_s`` without work), and when the last one has exited or died it
+finishes its queue within the jobs' ``upload_timeout_s``, then exits; what is left stays in
+the spool for ``neuron-mlflow sync``. Its log is ``<local_dir>/worker.log``.
 
 Example:
-    >>> worker = Worker()
-    >>> future = worker.submit(sum, [1, 2, 3])
-    >>> future.result(timeout=5)
-    6
-    >>> worker.drain(timeout_s=5)
-    True
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> root = Path(tempfile.mkdtemp())
+    >>> Worker(root).run_once()  # an empty queue: nothing to do
+    0
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import itertools
 import logging
-import queue
-import threading
+import os
+import subprocess
+import sys
 import time
-import warnings
-from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from neuron_mlflow.errors import NeuronMlflowWarning
+import msgspec
 
-T = TypeVar("T")
+from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file
 
-log = logging.getLogger("neuron_mlflow")
+CLIENTS = ".clients"
+"""One lock file per living training process that handed windows to the worker."""
+WORKER_LOG = "worker.log"
+"""The worker's log (its stdout and stderr too)."""
+IDLE_S = float(os.environ.get("NEURON_MLFLOW_WORKER_IDLE_S", "60"))
+"""How long a worker with living clients waits for work before it exits (a later window
+starts a new one)."""
+SKEW_WAIT_S = 30.0
+"""How long rank 0's worker waits for the other ranks' times before it logs the skew."""
 
-_Job = tuple[Callable[..., Any], tuple[Any, ...], "Future[Any]", str | None]
+log = logging.getLogger("neuron_mlflow.worker")
 
-QUEUE_SIZE = 64
-"""Windows that may wait for the worker; a full queue runs the job on the caller's thread."""
+_job_counter = itertools.count()
 
 
-class Worker:
-    """A single daemon thread running submitted jobs in order, with a bounded queue.
+class SkewRequest(msgspec.Struct, frozen=True):
+    """Rank 0's window asks for the rank skew metric once the ranks' times are in the run.
+
+    Attributes:
+        prefix: the metric prefix ``P``.
+        metric_step: the window's metric step.
+        ranks: the global ranks that capture.
+    """
+
+    prefix: str
+    metric_step: int
+    ranks: tuple[int, ...]
+
+
+class Job(msgspec.Struct, frozen=True):
+    """One handed window: a file in the queue.
+
+    Attributes:
+        window: the window's folder, relative to the spool root.
+        upload: upload it after the summary (``False``: summarise and keep it pending).
+        upload_timeout_s: how long the worker may go on for it after its process ended.
+        skew: rank 0 asks for the rank skew metric of this window.
+    """
+
+    window: str
+    upload: bool = True
+    upload_timeout_s: float = 60.0
+    skew: SkewRequest | None = None
+
+
+def _try_lock(path: Path) -> Claim | None:
+    return claim_file(path)
+
+
+def _unlock(held: Claim | None) -> None:
+    if held is not None:
+        held.release()
+
+
+class WorkerClient:
+    """The training process's side: register, queue a window, start the worker if none runs.
 
     Args:
-        name: the thread's name.
-        queue_size: how many jobs may wait.
-    """
-
-    def __init__(self, name: str = "neuron-mlflow-worker", queue_size: int = QUEUE_SIZE) -> None:
-        self._queue: queue.Queue[_Job] = queue.Queue(queue_size)
-        self._name = name
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._pending = 0
-        self._idle = threading.Condition(self._lock)
-        self._folders: Counter[str] = Counter()
-        self._timeout_s: float | None = None
-
-    def _ensure_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
-
-    def submit(
-        self,
-        fn: Callable[..., T],
-        *args: Any,
-        folder: str | None = None,
-        timeout_s: float | None = None,
-    ) -> Future[T]:
-        """Run ``fn(*args)`` on the worker thread; its result or exception lands in the future.
-
-        Args:
-            fn, args: the job.
-            folder: the spool folder the job works on (named in the warning when it is left
-                over at the end).
-            timeout_s: the job's session's ``upload_timeout_s`` (the drain at exit waits for
-                the largest).
-
-        When the queue is full the job runs at once on the calling thread (nothing is lost).
-        """
-        future: Future[T] = Future()
-        with self._lock:
-            self._pending += 1
-            if folder is not None:
-                self._folders[folder] += 1
-            if timeout_s is not None:
-                self._timeout_s = max(self._timeout_s or 0.0, timeout_s)
-            self._ensure_thread()
-        try:
-            self._queue.put_nowait((fn, args, future, folder))
-        except queue.Full:
-            log.warning("neuron-mlflow: the background queue is full; finishing a window inline")
-            self._execute(fn, args, future, folder)
-        return future
-
-    def _execute(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], future: Future[Any], folder: str | None
-    ) -> None:
-        try:
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args))
-                except BaseException as exc:
-                    future.set_exception(exc)
-        finally:
-            with self._lock:
-                self._pending -= 1
-                if folder is not None:
-                    self._folders[folder] -= 1
-                    if self._folders[folder] <= 0:
-                        del self._folders[folder]
-                self._idle.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            fn, args, future, folder = self._queue.get()
-            self._execute(fn, args, future, folder)
-
-    def drain(self, timeout_s: float) -> bool:
-        """Wait until every submitted job has finished, at most ``timeout_s`` seconds.
-
-        Returns:
-            True when nothing is left.
-        """
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            while self._pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-        return True
-
-    @property
-    def timeout_s(self) -> float:
-        """How long the drain at exit waits: the largest ``upload_timeout_s`` submitted."""
-        return DRAIN_AT_EXIT_S if self._timeout_s is None else self._timeout_s
-
-    @property
-    def pending(self) -> int:
-        """Jobs submitted and not yet finished."""
-        return self._pending
-
-    def folders(self) -> list[str]:
-        """The spool folders of the jobs not yet finished."""
-        with self._lock:
-            return sorted(self._folders)
-
-    def drain_or_warn(self, timeout_s: float, folders: list[str] | None = None) -> bool:
-        """:meth:`drain`; when jobs are left, one warning (and log record) naming the spool
-        folder(s) and the ``neuron-mlflow sync`` command. Never raises.
-
-        Args:
-            timeout_s: the longest wait (``upload_timeout_s``).
-            folders: the folders to name (default: those of the jobs left).
-        """
-        if self.drain(timeout_s):
-            return True
-        left = folders or self.folders() or ["the spool folder (local_dir)"]
-        commands = "; ".join(f"`neuron-mlflow sync --local-dir {f}`" for f in left)
-        message = (
-            f"neuron-mlflow: {self.pending} profiling window(s) were not uploaded within "
-            f"{timeout_s:g} s (upload_timeout_s); they stay in {', '.join(left)}. "
-            f"Run {commands} to upload them"
-        )
-        log.warning(message)
-        with contextlib.suppress(Warning):  # `-W error`: the log record above is the report
-            warnings.warn(message, NeuronMlflowWarning, stacklevel=3)
-        return False
-
-
-_worker: Worker | None = None
-_worker_lock = threading.Lock()
-DRAIN_AT_EXIT_S = 60.0
-"""The drain at exit when no job named its ``upload_timeout_s`` (the config's default)."""
-
-
-def worker() -> Worker:
-    """The process's worker (created on first use).
+        root: the spool root (``local_dir``).
 
     Example:
-        >>> worker() is worker()
-        True
+        >>> import tempfile
+        >>> client = WorkerClient(Path(tempfile.mkdtemp()))
+        >>> client.queued()
+        []
     """
-    global _worker
-    with _worker_lock:
-        if _worker is None:
-            _worker = Worker()
-        return _worker
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._client_fd: Claim | None = None
+
+    def _register(self) -> None:
+        if self._client_fd is not None:
+            return
+        folder = self.root / CLIENTS
+        folder.mkdir(parents=True, exist_ok=True)
+        self._client_fd = _try_lock(folder / f"{os.getpid()}_{id(self)}.lock")
+
+    def submit(self, job: Job) -> Path:
+        """Queue ``job`` (a small file, atomically) and make sure a worker runs.
+
+        Returns:
+            The job file.
+        """
+        self._register()
+        queue = self.root / QUEUE
+        queue.mkdir(parents=True, exist_ok=True)
+        name = f"{time.time_ns():020d}_{os.getpid()}_{next(_job_counter)}.json"
+        tmp = queue / f".{name}.tmp"
+        tmp.write_bytes(msgspec.json.encode(job))
+        os.replace(tmp, queue / name)
+        self.ensure_running()
+        return queue / name
+
+    def ensure_running(self) -> bool:
+        """Start the worker unless one holds the spool's worker lock; True when started."""
+        fd = _try_lock(self.root / WORKER_LOCK)
+        if fd is None:
+            return False  # a worker runs (it sees the job: it re-reads the queue before exit)
+        _unlock(fd)
+        start_worker(self.root)
+        return True
+
+    def queued(self) -> list[Path]:
+        """The job files still queued."""
+        return sorted((self.root / QUEUE).glob("*.json")) if (self.root / QUEUE).is_dir() else []
+
+    def close(self) -> None:
+        """Unregister (the worker then finishes the queue and exits)."""
+        held, self._client_fd = self._client_fd, None
+        _unlock(held)
 
 
-@atexit.register
-def _drain_at_exit() -> None:
-    if _worker is not None and _worker.pending:
-        _worker.drain_or_warn(_worker.timeout_s)
+def start_worker(root: Path) -> subprocess.Popen[bytes]:
+    """Start ``python -m neuron_mlflow.engine.worker <root>`` in its own session, its output
+    appended to ``<root>/worker.log``. It outlives this process when this process dies."""
+    root.mkdir(parents=True, exist_ok=True)
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_parent, env.get("PYTHONPATH")) if p
+    )
+    with open(root / WORKER_LOG, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "neuron_mlflow.engine.worker", str(root)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,  # a Ctrl-C to the job's group does not stop the upload
+            close_fds=True,
+            env=env,
+        )
+
+
+@dataclass
+class _Pending:
+    """A follow-up that waits for other processes (the rank skew)."""
+
+    request: SkewRequest
+    run_id: str
+    tracking_uri: str
+    deadline: float
+
+
+@dataclass
+class Worker:
+    """The worker loop over one spool (see the module docstring).
+
+    Args:
+        root: the spool root.
+        idle_s: how long to wait for work while clients live.
+        poll_s: how often the queue is read when it is empty.
+    """
+
+    root: Path
+    idle_s: float = IDLE_S
+    poll_s: float = 0.02
+    _runs: dict[str, str] = field(default_factory=dict)
+    _followups: list[_Pending] = field(default_factory=list)
+    _orphaned_since: float | None = None
+    _max_timeout_s: float = 0.0
+
+    def jobs(self) -> list[Path]:
+        """The queued job files, oldest first."""
+        queue = self.root / QUEUE
+        return sorted(queue.glob("*.json")) if queue.is_dir() else []
+
+    def clients_alive(self) -> bool:
+        """True while a training process that handed windows here is alive."""
+        folder = self.root / CLIENTS
+        alive = False
+        for path in folder.glob("*.lock") if folder.is_dir() else []:
+            fd = _try_lock(path)
+            if fd is None:
+                alive = True
+                continue
+            _unlock(fd)  # its process is gone: the OS dropped its lock
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return alive
+
+    def run_once(self) -> int:
+        """Process every job queued now; returns how many."""
+        done = 0
+        for path in self.jobs():
+            try:
+                job = msgspec.json.decode(path.read_bytes(), type=Job)
+            except (OSError, msgspec.DecodeError) as exc:
+                log.warning("neuron-mlflow worker: unreadable job %s (%s); dropped", path, exc)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            self._max_timeout_s = max(self._max_timeout_s, job.upload_timeout_s)
+            if self._orphaned_since is not None and (
+                time.monotonic() - self._orphaned_since > job.upload_timeout_s
+            ):
+                return done  # out of time: it stays in the spool for `sync`
+            process_job(self, job)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            done += 1
+        self._run_followups()
+        return done
+
+    def _run_followups(self, final: bool = False) -> None:
+        now = time.monotonic()
+        left = []
+        for pending in self._followups:
+            logged = log_rank_skew(pending, final=final or now > pending.deadline)
+            if not logged and now <= pending.deadline and not final:
+                left.append(pending)
+        self._followups = left
+
+    def loop(self) -> None:
+        """Serve the queue until idle with no clients (or out of time), then exit."""
+        lock = _try_lock(self.root / WORKER_LOCK)
+        if lock is None:
+            return  # another worker serves this spool
+        last_work = time.monotonic()
+        try:
+            while True:
+                alive = self.clients_alive()
+                now = time.monotonic()
+                if alive:
+                    self._orphaned_since = None
+                elif self._orphaned_since is None:
+                    self._orphaned_since = now
+                if self.run_once():
+                    last_work = time.monotonic()
+                    continue
+                if not alive and self.jobs():  # out of time: the rest is for `sync`
+                    self._run_followups(final=True)
+                    log.warning(
+                        "neuron-mlflow worker: out of time (upload_timeout_s) after the "
+                        "training process ended; %d window(s) stay in %s for "
+                        "`neuron-mlflow sync --local-dir %s`",
+                        len(self.jobs()), self.root, self.root,
+                    )  # fmt: skip
+                    return
+                if self._followups:
+                    time.sleep(0.1)
+                    continue
+                if now - last_work > (self.idle_s if alive else 0.0):
+                    _unlock(lock)
+                    lock = None
+                    # a job queued while we decided to stop: its client saw our lock held
+                    if not self.jobs():
+                        return
+                    lock = _try_lock(self.root / WORKER_LOCK)
+                    if lock is None:
+                        return  # the client started another worker: it takes the job
+                    continue
+                time.sleep(self.poll_s if now - last_work < 1.0 else 0.1)
+        finally:
+            _unlock(lock)
+
+
+def process_job(worker: Worker, job: Job) -> None:
+    """Summarise and (unless told not to) upload one window; never raises.
+
+    The outcome is written into the window's manifest: ``summarised``, ``status`` (``done``
+    once uploaded), ``error`` and ``handled`` (the worker is finished with it), which the
+    training process reads (``prof.summary``, ``prof.run_id``).
+    """
+    from neuron_mlflow.engine.sync import summarise_spooled
+    from neuron_mlflow.sinks.claims import claim
+    from neuron_mlflow.sinks.spool import WindowRecord
+
+    path = worker.root / job.window
+    try:
+        record = WindowRecord.load(path)
+    except (OSError, ValueError) as exc:
+        log.warning("neuron-mlflow worker: window %s is gone or unreadable (%s)", path, exc)
+        return
+    record.claim = claim(path)
+    if record.claim is None:
+        return  # a `neuron-mlflow sync` holds it: it finishes the window
+    try:
+        record.reload()
+        if record.manifest.get("summarised") is False:
+            try:
+                summarise_spooled(record)
+            except Exception as exc:
+                message = (
+                    f"could not write the window's summary ({type(exc).__name__}: {exc}); "
+                    f"its raw capture is kept at {record.path}"
+                )
+                log.warning("neuron-mlflow: %s", message)
+                record.update(error=message, handled=True, failed_step="summary")
+                return
+        if job.upload and record.status == "pending":
+            run_id = _upload(worker, record)
+            if run_id is not None and job.skew is not None:
+                worker._followups.append(
+                    _Pending(job.skew, run_id, str(record.manifest.get("tracking_uri")),
+                             time.monotonic() + SKEW_WAIT_S)
+                )  # fmt: skip
+        if job.upload and record.status == "pending":
+            _cleanup(record, uploaded=False)
+        else:
+            _cleanup(record, uploaded=record.status == "done")
+        record.update(handled=True)
+    except Exception as exc:  # never let one window stop the worker
+        log.exception("neuron-mlflow worker: window %s failed", path)
+        with contextlib.suppress(Exception):
+            record.update(error=f"{type(exc).__name__}: {exc}", handled=True)
+    finally:
+        record.release()
+
+
+def _cleanup(record: object, uploaded: bool) -> None:
+    """After a confirmed upload, the spool's cleanup (when the cleanup module is present)."""
+    if not uploaded:
+        return
+    try:
+        from neuron_mlflow.sinks import spool_cleanup
+    except ImportError:
+        return
+    manifest = getattr(record, "manifest", {})
+    cleanup = getattr(spool_cleanup, "cleanup_after_upload", None)
+    if cleanup is None:
+        return
+    config = (manifest.get("document") or {}).get("config") or {}
+    with contextlib.suppress(Exception):
+        cleanup(
+            record.path,  # type: ignore[attr-defined]
+            bool(config.get("keep_local", False)),
+            config.get("local_max_bytes"),
+        )
+
+
+def _upload(worker: Worker, record: object) -> str | None:
+    """Upload one summarised window into its run; the error goes into its manifest."""
+    from neuron_mlflow.sinks.mlflow_sink import MlflowSink
+    from neuron_mlflow.sinks.pending import group_key, target_run
+    from neuron_mlflow.sinks.spool import WindowRecord
+
+    assert isinstance(record, WindowRecord)
+    manifest = record.manifest
+    sink = None
+    try:
+        sink = MlflowSink(manifest.get("tracking_uri"))
+        if manifest.get("tracking_uri") != sink.tracking_uri:
+            record.update(tracking_uri=sink.tracking_uri)
+        sink.check_reachable()
+        key = f"{sink.tracking_uri}|{group_key(record)}"
+        run_id = manifest.get("run_id") or worker._runs.get(key)
+        if run_id is None:
+            run_id = worker._runs[key] = target_run(sink, group_key(record), [record])
+        sink.upload(record, run_id)
+        return str(run_id)
+    except Exception as exc:
+        uri = sink.tracking_uri if sink is not None else "the tracking server"
+        record.update(
+            error=f"could not log the profiling window to MLflow at {uri} "
+            f"({type(exc).__name__}: {str(exc)[:300]})",
+            failed_step="upload",
+        )
+        log.warning("neuron-mlflow: %s; it is kept at %s (pending)", manifest["error"], record.path)
+        return None
+
+
+def log_rank_skew(pending: _Pending, final: bool) -> bool:
+    """Log ``P/rank/max_over_median_time`` of one window once every rank's time is in the
+    run (or, when ``final``, from the ranks that are). True when done."""
+    from neuron_mlflow.engine.rank_skew import rank_skew
+
+    try:
+        return rank_skew(pending.tracking_uri, pending.run_id, pending.request, final)
+    except Exception as exc:
+        log.warning("neuron-mlflow worker: the rank skew could not be logged (%s)", exc)
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m neuron_mlflow.engine.worker <local_dir>``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m neuron_mlflow.engine.worker <local_dir>", file=sys.stderr)
+        return 2
+    with contextlib.suppress(OSError):
+        os.nice(10)  # the training process keeps the CPU it needs
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
+    )
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    Worker(Path(args[0]).absolute()).loop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,9 +2,10 @@
 
 A thin callback over the engine: it says when a step begins and ends in each stage, which run
 to use, and which ranks capture. Window bookkeeping and per-rank gathering are the engine's
-(:class:`~neuron_mlflow.engine.stages.StageWindows`). The hooks of the four stages are made from
-one table (:mod:`neuron_mlflow.integrations.stage_table`). Only this module imports
-``lightning``.
+(:class:`~neuron_mlflow.engine.stages.StageWindows`). The hooks are plain methods: each stage's
+four hooks call one of four step functions with its row of the stage table
+(:mod:`neuron_mlflow.integrations.stage_table`). No hook waits for a summary, an upload or
+another rank. Only this module imports ``lightning``.
 
 Example:
     >>> import tempfile, torch
@@ -27,7 +28,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_warn
@@ -37,10 +37,10 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.guard import guarded
 from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
-from neuron_mlflow.engine.stages import RankGroup, StageWindows, check_ranks
+from neuron_mlflow.engine.stages import StageWindows, check_ranks
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.errors import NeuronMlflowWarning
-from neuron_mlflow.integrations.stage_table import STAGE_HOOKS, STAGES, StageHooks, check_stages
+from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, check_stages, hooks_of
 from neuron_mlflow.summary.ops import OpSummary
 
 
@@ -82,7 +82,6 @@ class NeuronProfilerCallback(Callback):
         self._system: SystemMetrics | None = None  # neuron-monitor, for the whole fit
         self._run: tuple[str | None, str | None] | None = None
         self._trainer: Trainer | None = None
-        self._group = RankGroup()
         self._off = False  # a failure of ours turned profiling off for this callback
         self._job_id: str | None = None
         self._windows = {stage: self._stage_windows(stage) for stage in STAGES}
@@ -119,19 +118,6 @@ class NeuronProfilerCallback(Callback):
                 return logger.experiment.tracking_uri, logger.run_id
         return open_run(self.config)
 
-    def _rank_group(self, trainer: Trainer) -> RankGroup:
-        """Per-rank values meet through the strategy's ``all_gather``; rank 0 logs them."""
-
-        def gather(row: list[float]) -> list[list[float]]:
-            # on the strategy's root device: NCCL rejects CPU tensors
-            values = torch.tensor(row, dtype=torch.float64, device=trainer.strategy.root_device)
-            gathered = trainer.strategy.all_gather(values).reshape(-1, len(row))
-            rows: list[list[float]] = gathered.tolist()
-            return rows
-
-        uri, run_id = self._run or (None, None)
-        return RankGroup(gather, trainer.is_global_zero, uri, run_id)
-
     def _session(self, stage: str) -> ProfilingSession | None:
         """The stage's session on a rank that captures (made on its first window step)."""
         trainer = self._trainer
@@ -155,6 +141,8 @@ class NeuronProfilerCallback(Callback):
             follow_active_run=False,
             job_id=self._job_id,
             system_metrics=False,
+            capture_ranks=tuple(sorted(self.ranks)) if self.ranks is not None else None,
+            rank_metrics=True,
         )
 
     # -- the guard ----------------------------------------------------------------------
@@ -184,7 +172,6 @@ class NeuronProfilerCallback(Callback):
         if self._run is None:
             payload = self._resolve_run(trainer) if trainer.is_global_zero else None
             self._run = trainer.strategy.broadcast(payload, src=0)
-        self._group = self._rank_group(trainer)
         if self._system is None and self._run is not None and self._run[1] is not None:
             uri, run_id = self._run
             self._system = start_system_metrics(
@@ -221,7 +208,80 @@ class NeuronProfilerCallback(Callback):
             if stage in self._windows:
                 self._windows[stage].done.update(int(i) for i in done)
 
-    # -- Lightning hooks: steps of each stage (bound to the hook names of STAGE_HOOKS) --
+    # -- Lightning hooks: the steps of each stage (rows of the stage table) --------------
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_start, trainer, _TRAIN)
+
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._guard(self._batch_start, trainer, _TRAIN)
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+        batch_idx: int,
+    ) -> None:  # fmt: skip
+        self._guard(self._batch_end, trainer, _TRAIN, batch_idx)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_end, trainer, _TRAIN)
+
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_start, trainer, _VALIDATE)
+
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._guard(self._batch_start, trainer, _VALIDATE)
+
+    def on_validation_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+        batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._guard(self._batch_end, trainer, _VALIDATE, batch_idx)
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_end, trainer, _VALIDATE)
+
+    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_start, trainer, _TEST)
+
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._guard(self._batch_start, trainer, _TEST)
+
+    def on_test_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+        batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._guard(self._batch_end, trainer, _TEST, batch_idx)
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_end, trainer, _TEST)
+
+    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_start, trainer, _PREDICT)
+
+    def on_predict_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._guard(self._batch_start, trainer, _PREDICT)
+
+    def on_predict_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+        batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._guard(self._batch_end, trainer, _PREDICT, batch_idx)
+
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_end, trainer, _PREDICT)
+
+    # -- the step functions the hooks call ------------------------------------------------
 
     def _stage_start(self, trainer: Trainer, spec: StageHooks) -> None:
         if trainer.sanity_checking or spec.stage not in self.stages:
@@ -262,9 +322,9 @@ class NeuronProfilerCallback(Callback):
                 else:  # manual: one step per batch, however many optimizers stepped in it
                     windows.next_step += 1  # (global_step counts each optimizer's step)
                 self._optimizer_steps = 0
-                windows.end(windows.next_step, self._group)
+                windows.end(windows.next_step)
         elif windows.open_step is not None:  # begun (so a chosen stage, not a sanity check)
-            windows.end(batch_idx, self._group)
+            windows.end(batch_idx)
             windows.next_step += 1
 
     def _stage_end(self, trainer: Trainer, spec: StageHooks) -> None:
@@ -272,39 +332,7 @@ class NeuronProfilerCallback(Callback):
             return
         windows = self._windows[spec.stage]
         last = windows.open_step if windows.open_step is not None else windows.next_step - 1
-        windows.finish(last, self._group)
+        windows.finish(last)
 
 
-def _bind(spec: StageHooks) -> None:
-    """Give :class:`NeuronProfilerCallback` the four Lightning hooks of ``spec``'s stage."""
-
-    def start(self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any) -> None:
-        self._guard(self._stage_start, trainer, spec)
-
-    def batch_start(
-        self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any, batch: Any,
-        batch_idx: int, dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._guard(self._batch_start, trainer, spec)
-
-    def batch_end(
-        self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any, outputs: Any,
-        batch: Any, batch_idx: int, dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._guard(self._batch_end, trainer, spec, batch_idx)
-
-    def end(self: NeuronProfilerCallback, trainer: Trainer, pl_module: Any) -> None:
-        self._guard(self._stage_end, trainer, spec)
-
-    hooks: dict[str, Callable[..., None]] = {
-        spec.start: start, spec.batch_start: batch_start,
-        spec.batch_end: batch_end, spec.end: end,
-    }  # fmt: skip
-    for name, hook in hooks.items():
-        hook.__name__ = hook.__qualname__ = name
-        hook.__doc__ = f"Lightning hook: the {spec.stage!r} row of STAGE_HOOKS."
-        setattr(NeuronProfilerCallback, name, hook)
-
-
-for _spec in STAGE_HOOKS:
-    _bind(_spec)
+_TRAIN, _VALIDATE, _TEST, _PREDICT = (hooks_of(stage) for stage in STAGES)

@@ -1,7 +1,9 @@
 """The Lightning callback's stage table: where each stage's steps begin and end.
 
-:class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback` makes its stage hooks
-from :data:`STAGE_HOOKS` (no copy per stage). Only names here: nothing imports ``lightning``.
+:class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback` defines each stage's
+hooks as plain methods that pass the stage's row of :data:`STAGE_HOOKS` to one shared step
+function (a test checks every hook named here is one of its methods). Only names here:
+nothing imports ``lightning``.
 
 Example:
     >>> [row.batch_start for row in STAGE_HOOKS][:2]
@@ -52,7 +54,17 @@ STAGE_HOOKS = (
     StageHooks("predict", "on_predict_epoch_start", "on_predict_batch_start",
                "on_predict_batch_end", "on_predict_epoch_end", False, "num_predict_batches"),
 )  # fmt: skip
-"""The stage table: the callback's stage hooks are made from it (see the end of the module)."""
+"""The stage table: where each stage's steps begin and end, and how they are counted."""
+
+
+def hooks_of(stage: str) -> StageHooks:
+    """The row of :data:`STAGE_HOOKS` of ``stage``.
+
+    Example:
+        >>> hooks_of("test").batch_end
+        'on_test_batch_end'
+    """
+    return next(row for row in STAGE_HOOKS if row.stage == stage)
 
 
 def check_stages(stages: str | Iterable[str]) -> tuple[str, ...]:

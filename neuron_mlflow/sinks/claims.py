@@ -57,11 +57,17 @@ def claim(folder: Path) -> Claim | None:
         The claim, or ``None`` when another claim on the folder is held (by a running job,
         or a ``sync`` in another terminal).
     """
+    return claim_file(folder / LOCK)
+
+
+def claim_file(path: Path) -> Claim | None:
+    """An exclusive ``flock`` on the file ``path`` (created), without waiting; ``None`` when
+    another process holds it."""
     try:
         import fcntl
     except ImportError:  # no flock here: nothing to coordinate with
         return Claim(None)
-    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -71,6 +77,47 @@ def claim(folder: Path) -> Claim | None:
         return Claim(None)  # a filesystem without flock (ENOSYS, ENOLCK...): no claims here
     _held.add(fd)
     return Claim(fd)
+
+
+QUEUE = ".queue"
+"""The worker's queue under the spool root: one job file (JSON, ``window`` relative to the
+root) per window a training process handed to its worker process."""
+WORKER_LOCK = ".worker.lock"
+"""Held by the spool's worker process while it runs."""
+
+
+def worker_running(root: Path) -> bool:
+    """True while a worker process serves the spool at ``root`` (it holds the worker lock).
+
+    Example:
+        >>> import tempfile
+        >>> worker_running(Path(tempfile.mkdtemp()))
+        False
+    """
+    if not (root / WORKER_LOCK).exists():
+        return False
+    held = claim_file(root / WORKER_LOCK)
+    if held is None:
+        return True
+    held.release()
+    return False
+
+
+def queued_for_worker(root: Path) -> set[Path]:
+    """The window folders queued for a running worker process (it finishes them: ``sync``
+    leaves them alone); empty when no worker runs (then ``sync`` takes them)."""
+    import json
+
+    queue = root / QUEUE
+    if not queue.is_dir() or not worker_running(root):
+        return set()
+    found = set()
+    for job in queue.glob("*.json"):
+        try:
+            found.add((root / json.loads(job.read_text(encoding="utf-8"))["window"]).absolute())
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
 
 
 _held: set[int] = set()

@@ -176,8 +176,8 @@ class MlflowSink:
         manifest = record.manifest
         if manifest.get("run_id") != run_id:
             record.update(run_id=run_id)
-        if manifest.get("traces_only"):
-            for part in ("tags", "params", "metrics"):
+        if manifest.get("traces_only"):  # its own rank metrics only; rank 0 logs the rest
+            for part in ("tags", "params"):
                 manifest["uploaded"][part] = True
         with reachability.bounded_http():
             self.requests += delivery.send_metrics(self.client, record, run_id)

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from neuron_mlflow.sinks import reachability
-from neuron_mlflow.sinks.claims import claim
+from neuron_mlflow.sinks.claims import claim, queued_for_worker
 from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 
-__all__ = ["SyncReport", "upload_pending"]
+__all__ = ["SyncReport", "group_key", "target_run", "upload_pending"]
 
 
 def _summarise(record: WindowRecord, summarise: Callable[[WindowRecord], object] | None) -> None:
@@ -56,7 +56,7 @@ class SyncReport:
     busy: list[str] = field(default_factory=list)
 
 
-def _group(record: WindowRecord) -> str:
+def group_key(record: WindowRecord) -> str:
     """Windows of one group go into one run: the job, else the original run, else the session."""
     manifest = record.manifest
     if manifest.get("job_id"):
@@ -66,10 +66,10 @@ def _group(record: WindowRecord) -> str:
     return f"session:{manifest.get('session')}"
 
 
-def _target_run(sink: MlflowSink, key: str, records: list[WindowRecord]) -> str:
+def target_run(sink: MlflowSink, key: str, records: list[WindowRecord]) -> str:
     """The run a group of windows goes into: the original run if it exists, else the job's.
 
-    A group without a job id gets one derived from its ``key`` (:func:`_group`), written into
+    A group without a job id gets one derived from its ``key`` (:func:`group_key`), written into
     every manifest before the run is created, so a later sync (after a crash, or for windows
     a running job still held) finds the same run.
     """
@@ -132,15 +132,17 @@ def upload_pending(
     groups: dict[str, list[WindowRecord]] = {}
     for record in spool.windows("pending", "incomplete"):  # one pass over the manifests
         if record.status == "pending" or include_incomplete:
-            groups.setdefault(_group(record), []).append(record)
+            groups.setdefault(group_key(record), []).append(record)
         else:
             report.skipped.append(str(record.path))
     if not groups:
         return report
     sink = MlflowSink(tracking_uri)
     reachability.check_reachable(sink.tracking_uri, cached=False)
+    queued = queued_for_worker(spool.root)
     for key, group in groups.items():
-        records = _claim(group, report)
+        records = _claim([r for r in group if r.path.absolute() not in queued], report)
+        report.busy.extend(str(r.path) for r in group if r.path.absolute() in queued)
         try:
             if records:
                 _upload_group(sink, key, records, report, summarise)
@@ -179,7 +181,7 @@ def _upload_group(
     summarise: Callable[[WindowRecord], object] | None,
 ) -> None:
     try:
-        run_id = _target_run(sink, key, records)
+        run_id = target_run(sink, key, records)
     except Exception as exc:
         for record in records:
             report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))

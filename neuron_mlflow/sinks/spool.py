@@ -84,6 +84,11 @@ class WindowRecord:
         if claim is not None:
             claim.release()
 
+    @classmethod
+    def load(cls, path: Path) -> WindowRecord:
+        """The window spooled at ``path`` (its manifest read from disk)."""
+        return cls(path=path, manifest=json.loads((path / MANIFEST).read_text(encoding="utf-8")))
+
     def reload(self) -> None:
         """Read the manifest again from disk (another process may have changed it)."""
         self.manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))

@@ -131,6 +131,20 @@ class OpSummary:
         return replace(self, partial=partial)
 
 
+def summary_from_dict(data: dict[str, Any]) -> OpSummary:
+    """The :class:`OpSummary` of :meth:`OpSummary.to_dict` (``summary.json``'s ``summary``).
+
+    Example:
+        >>> s = build_summary([RawOp("a", 2, 1.0, 1.0)], 2, 1, 3.0)
+        >>> summary_from_dict(s.to_dict()) == s
+        True
+    """
+    fields = dict(data)
+    fields["ops"] = tuple(OpStats(**op) for op in fields.get("ops", ()))
+    known = OpSummary.__dataclass_fields__
+    return OpSummary(**{k: v for k, v in fields.items() if k in known})
+
+
 def _share(part: float, total: float) -> float:
     return 100.0 * part / total if total > 0 else 0.0
 

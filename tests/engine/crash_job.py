@@ -4,9 +4,10 @@ Usage: python tests/engine/crash_job.py LOCAL_DIR WINDOWS [BACKEND]
 
 BACKEND is ``cpu`` (default) or ``neuron`` (with ``tests/neuron_double`` on ``PYTHONPATH``).
 
-The background worker is kept busy (one long job queued first), so each window that ends is
-in the spool (manifest + trace, ``"summarised": false``) but never summarised; then the
-process ends with ``os._exit`` (no atexit drain), as a crash or a kill would. With
+The spool's worker process is kept from running (this process holds the worker lock, as a
+busy worker would), so each window that ends is in the spool (manifest + trace,
+``"summarised": false``) and queued, but never summarised; then the process ends with
+``os._exit`` (no atexit wait), as a crash or a kill would. With
 ``CRASH_JOB_HOLD=1`` it prints ``SPOOLED`` and stays alive (its windows still its own) until
 killed.
 """
@@ -15,18 +16,19 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
+from pathlib import Path
 
 import torch
 
 import neuron_mlflow as nm
-from neuron_mlflow.engine.worker import worker
+from neuron_mlflow.sinks.claims import WORKER_LOCK, claim_file
 from tests.helpers import inputs, rmsnorm_naive
 
 
 def main(local_dir: str, windows: int, backend: str = "cpu") -> None:
-    release = threading.Event()
-    worker().submit(release.wait, 600)  # the worker is busy until the process dies
+    Path(local_dir).mkdir(parents=True, exist_ok=True)
+    busy = claim_file(Path(local_dir) / WORKER_LOCK)  # no worker serves the queue until we die
+    assert busy is not None
     profiled = nm.profile(
         backend=backend,
         strict=True,

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import neuron_mlflow as nm
-from neuron_mlflow.engine import finish
-from tests.helpers import ROOT, inputs, rmsnorm_naive
+from tests.helpers import ROOT, inject_worker_failure, inputs, rmsnorm_naive
+
+FINISH = "neuron_mlflow.engine.finish:summarise_live"  # the summary, in the worker process
 
 SCHEDULE = nm.Schedule(warmup=1, active=2, repeat=3)  # 3 windows in 9 steps
 
@@ -95,14 +96,10 @@ def test_python_dash_w_error_never_turns_our_warning_into_an_exception(tmp_path)
     assert "profiling is off" in result.stderr, "the log record is the report"
 
 
-def _broken_summary(*args, **kwargs):
-    raise RuntimeError("injected failure in the summary code")
-
-
 def test_a_failure_in_the_summary_code_leaves_the_job_and_its_windows(
     tmp_path, monkeypatch
 ) -> None:
-    monkeypatch.setattr(finish, "summarise_live", _broken_summary)
+    inject_worker_failure(monkeypatch, tmp_path, FINISH, "injected failure in the summary code")
     profiled = nm.profile(
         backend="cpu", strict=False, schedule=SCHEDULE, local_dir=tmp_path / "spool"
     )(rmsnorm_naive)
@@ -119,11 +116,12 @@ def test_a_failure_in_the_summary_code_leaves_the_job_and_its_windows(
 
 
 def test_a_failure_in_the_summary_code_raises_in_strict_mode(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(finish, "summarise_live", _broken_summary)
+    inject_worker_failure(monkeypatch, tmp_path, FINISH, "injected failure in the summary code")
     profiled = nm.profile(
         backend="cpu", strict=True, schedule=SCHEDULE, local_dir=tmp_path / "spool"
     )(rmsnorm_naive)
-    with pytest.raises(RuntimeError, match="injected failure"):
+    # the worker process's failure is raised here, when the session reads its results
+    with pytest.raises(nm.NeuronMlflowError, match="injected failure"):
         _loop(profiled)
         profiled.profiler.close()
 

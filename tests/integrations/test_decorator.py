@@ -23,6 +23,7 @@ from tests.helpers import (
     metrics,
     rmsnorm_fused,
     rmsnorm_naive,
+    wait_handled,
 )
 
 CORE = {"cpu_time_us", "wall_time_us", "op_calls", "steps"}
@@ -250,6 +251,7 @@ def test_exception_mid_window_reraised_unchanged_and_capture_kept(tmp_path) -> N
         with pytest.raises(Boom) as info:
             step(torch.ones(2))
     assert info.value is boom
+    wait_handled(tmp_path / "neuron_mlflow_traces")  # summarised by the worker process
     (record,) = list(Spool(tmp_path / "neuron_mlflow_traces").windows())
     assert record.status == "incomplete"
     assert "Boom: step 2 failed" in record.manifest["error"]

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 import neuron_mlflow as nm
 from neuron_mlflow.sinks.spool import Spool
-from tests.helpers import artifact_files, metric_history, metrics
+from tests.helpers import artifact_files, metric_history, metrics, wait_handled
 
 
 def _trainer(callback, logger=False, **kwargs) -> Trainer:
@@ -169,6 +169,7 @@ def test_exception_in_training_step_mid_window(tracking_uri, tmp_path) -> None:
         warnings.simplefilter("ignore", nm.NeuronMlflowWarning)
         with pytest.raises(Boom, match="bad batch at step 2"):
             trainer.fit(Failing())
+    wait_handled("neuron_mlflow_traces")  # summarised by the worker process
     (record,) = list(Spool("neuron_mlflow_traces").windows())
     assert record.status == "incomplete"
     assert record.artifact_path == "profile/train/step_000001-000002"
