@@ -355,8 +355,14 @@ def load_notes(runs: Sequence[RunProfile]) -> list[str]:
     ]
 
 
+GATE_OP_SHARE = 0.01
+"""``--ops`` gates only ops that take at least this share of the baseline's headline time:
+below it, the profiler's timer resolution decides (an op of 0.05 us a call)."""
+
+
 def _gated(c: Comparison, ops: bool) -> list[tuple[RunProfile, str, Estimate]]:
-    """The rows the gate looks at: the headline time metric, and every op with ``ops``."""
+    """The rows the gate looks at: the headline time metric, and with ``ops`` every op on
+    both sides that takes at least :data:`GATE_OP_SHARE` of the baseline's headline time."""
     out = []
     for r in c.runs:
         if r.run_id == c.baseline:
@@ -365,9 +371,10 @@ def _gated(c: Comparison, ops: bool) -> list[tuple[RunProfile, str, Estimate]]:
         if found is not None:
             out.append((r, c.time_metric, found))
         if ops:
+            floor = GATE_OP_SHARE * (found.baseline or 0.0) if found is not None else 0.0
             for row in c.op_rows:
                 estimate = row.get("estimate", {}).get(r.run_id)
-                if estimate is not None:
+                if estimate is not None and (estimate.baseline or 0.0) >= floor:
                     out.append((r, f"op {row['op']} ({row['field']})", estimate))
     return out
 
@@ -375,7 +382,7 @@ def _gated(c: Comparison, ops: bool) -> list[tuple[RunProfile, str, Estimate]]:
 def regressions(comparison: Comparison, fail_above_pct: float, ops: bool = False) -> list[str]:
     """Why the gate fails: one line per gated row whose interval's lower bound is above
     ``1 + fail_above_pct / 100`` (empty when none is). Gated: the headline time metric
-    (``time_metric``), and every op on both sides with ``ops``.
+    (``time_metric``), and with ``ops`` every op on both sides that takes at least 1 % of it.
 
     Example:
         >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 100.0}, {},
