@@ -86,6 +86,41 @@ def headline(summaries: dict[str, nm.OpSummary]) -> tuple[str, str, float]:
     return fastest, f"{fastest} fastest: {speedup:.2f}x vs {other} ({measure})", speedup
 
 
+def conclude(runs: dict[str, tuple[str, nm.OpSummary]]) -> list[str]:
+    """Each variant against the first, decided by ``neuron-mlflow compare`` from every step of
+    every window: ``rms_norm vs naive: 0.41x [0.37, 0.45], improvement``. The verdicts go on
+    the active (parent) run as tags, the ratios and bounds as metrics."""
+    import contextlib
+    import io
+    import json
+
+    from neuron_mlflow.cli import main as cli
+
+    names = list(runs)
+    lines = []
+    for variant in names[1:]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            cli(["compare", runs[variant][0], "--baseline", runs[names[0]][0], "--format", "json"])
+        data = json.loads(out.getvalue())
+        e = data["estimates"][runs[variant][0]][data["time_metric"]]
+        mlflow.set_tag(f"verdict/{variant}", e["verdict"])
+        if e["ratio"] is not None:
+            mlflow.log_metric(f"ratio/{variant}", e["ratio"])
+        line = f"{variant} vs {names[0]}: "
+        if e["low"] is None:
+            line += f"insufficient data ({e['reason']}): raise --active or --repeat"
+        else:
+            mlflow.log_metrics(
+                {f"ratio_low/{variant}": e["low"], f"ratio_high/{variant}": e["high"]}
+            )
+            line += f"{e['ratio']:.2f}x [{e['low']:.2f}, {e['high']:.2f}], {e['verdict']}"
+            if e["verdict"] == "insufficient data":
+                line += " (interval too wide: raise --active or --repeat, or run it again)"
+        lines.append(f"{line} ({data['time_metric']}, 10th percentile step)")
+    return lines
+
+
 def ui_hint(tracking_uri: str, experiment_id: str) -> str:
     """How to open the runs list of ``experiment_id`` (the command, then the URL)."""
     runs = f"#/experiments/{experiment_id}/runs"
@@ -100,7 +135,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--active", type=int, default=5)
+    parser.add_argument("--active", type=int, default=20, help="steps a window (20)")
+    parser.add_argument("--repeat", type=int, default=3, help="windows a variant (3)")
     parser.add_argument("--backend", default="auto", choices=["auto", "neuron", "cuda", "cpu"])
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--experiment", default="rmsnorm")
@@ -121,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     x = torch.randn(args.rows, args.hidden, dtype=dtype, device=device)
     w = torch.randn(args.hidden, dtype=dtype, device=device)
-    schedule = nm.Schedule(warmup=args.warmup, active=args.active)
+    schedule = nm.Schedule(warmup=args.warmup, active=args.active, repeat=args.repeat)
     config = nm.ProfilerConfig(backend=args.backend, schedule=schedule)
     if "MLFLOW_RUN_ID" not in os.environ:  # under `mlflow run`, its run and experiment
         mlflow.set_experiment(args.experiment)
@@ -132,8 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         mlflow.log_params({k: getattr(args, k) for k in ("rows", "hidden", "dtype", "backend")})
         for number, variant in enumerate(args.variants, 1):
             with mlflow.start_run(run_name=variant, nested=True) as child:
-                profiled = nm.profile(config=config)(variant_fn(variant, device))
-                for _ in range(args.warmup + args.active):
+                fn = variant_fn(variant, device)
+                for _ in range(3):  # compilation and first calls stay outside the windows
+                    fn(x, w)
+                profiled = nm.profile(config=config)(fn)
+                for _ in range((args.warmup + args.active) * args.repeat):
                     profiled(x, w)
                 summary = profiled.profiler.summary
                 if summary is None:
@@ -156,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             if s.device_time_us is not None:
                 values["device_time_us"] = s.device_time_us
             mlflow.log_metrics({f"comparison/{variant}/{k}": v for k, v in values.items()})
+        for line in conclude(runs):  # the statistics: ratio, interval, verdict per variant
+            print(line)
         fastest, result, speedup = headline(summaries)
         mlflow.set_tags({"result": result, "fastest": fastest})
         mlflow.log_metric("speedup", speedup)
