@@ -76,6 +76,8 @@ class LiveWindow:
     errors: list[str] = field(default_factory=list)
     marker: Any = None
     prof: Any = None
+    host_load: Any = None
+    """The host's load sampled when the window opened (the engine's ``HostLoad``)."""
 
     def record_step(self, step: int, started_ns: int) -> None:
         """Count ``step`` as recorded, with its wall time since ``started_ns``."""

@@ -42,6 +42,7 @@ from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.engine.environment import environment_tags
 from neuron_mlflow.engine.guard import guarded
+from neuron_mlflow.engine.host_load import host_load_tags, sample_host_load
 from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.window import WindowSpec, spool_window, write_summary
 from neuron_mlflow.errors import NeuronMlflowWarning
@@ -122,6 +123,8 @@ def spool_live(job: FinishJob) -> None:
     """
     capture, config = job.capture, job.capture.config
     job.environment = environment_tags(capture.backend.describe(), job.rank, job.world_size)
+    if capture.host_load is not None:  # what makes timings noisy on a shared host
+        job.environment.update(host_load_tags(capture.host_load, sample_host_load()))
     tags = dict(job.environment)
     errors = [*capture.errors, *([job.error] if job.error else [])]
     document = {"config": config.model_dump(mode="json"), "environment": tags, "errors": errors}
@@ -135,7 +138,10 @@ def spool_live(job: FinishJob) -> None:
         summary=None,
         partial=job.partial,
         top_k=config.top_k,
-        params={param_key(job.prefix, k): v for k, v in config.flat_params().items()},
+        params={
+            param_key(job.prefix, k): v
+            for k, v in config.applicable_params(capture.backend.name).items()
+        },
         tags=tags,
         metric_step=job.metric_step,
         staged=capture.staging,

@@ -24,6 +24,7 @@ from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.finish import FinishJob, spool_live
 from neuron_mlflow.engine.handoff import Results
+from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.worker import Job, SkewRequest
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.naming import trace_folder
@@ -91,6 +92,7 @@ class WindowLifecycle:
         capture = LiveWindow(
             window, self.backend, self.config, staging, trace_dir, calls_marked=calls_marked
         )
+        capture.host_load = sample_host_load()
         self._guarded(capture.start)
         if capture.prof is not None:
             self._capture = capture

@@ -40,6 +40,7 @@ from pathlib import Path
 import msgspec
 
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file
+from neuron_mlflow.sinks.spool import WindowRecord
 
 CLIENTS = ".clients"
 """One lock file per living training process that handed windows to the worker."""
@@ -307,7 +308,6 @@ def process_job(worker: Worker, job: Job) -> None:
     """
     from neuron_mlflow.engine.sync import summarise_spooled
     from neuron_mlflow.sinks.claims import claim
-    from neuron_mlflow.sinks.spool import WindowRecord
 
     path = worker.root / job.window
     try:
@@ -338,11 +338,8 @@ def process_job(worker: Worker, job: Job) -> None:
                     _Pending(job.skew, run_id, str(record.manifest.get("tracking_uri")),
                              time.monotonic() + SKEW_WAIT_S)
                 )  # fmt: skip
-        if job.upload and record.status == "pending":
-            _cleanup(record, uploaded=False)
-        else:
-            _cleanup(record, uploaded=record.status == "done")
         record.update(handled=True)
+        _cleanup(record)
     except Exception as exc:  # never let one window stop the worker
         log.exception("neuron-mlflow worker: window %s failed", path)
         with contextlib.suppress(Exception):
@@ -351,34 +348,23 @@ def process_job(worker: Worker, job: Job) -> None:
         record.release()
 
 
-def _cleanup(record: object, uploaded: bool) -> None:
-    """After a confirmed upload, the spool's cleanup (when the cleanup module is present)."""
-    if not uploaded:
-        return
-    try:
-        from neuron_mlflow.sinks import spool_cleanup
-    except ImportError:
-        return
-    manifest = getattr(record, "manifest", {})
-    cleanup = getattr(spool_cleanup, "cleanup_after_upload", None)
-    if cleanup is None:
-        return
-    config = (manifest.get("document") or {}).get("config") or {}
-    with contextlib.suppress(Exception):
-        cleanup(
-            record.path,  # type: ignore[attr-defined]
-            bool(config.get("keep_local", False)),
-            config.get("local_max_bytes"),
-        )
+def _cleanup(record: WindowRecord) -> None:
+    """After MLflow confirmed the window: its trace files leave the spool (unless
+    ``keep_local``), and the spool is held to ``local_max_bytes``; the manifest stays."""
+    from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload
+
+    if record.status != "done":
+        return  # nothing that was not uploaded is ever removed
+    config = (record.manifest.get("document") or {}).get("config") or {}
+    cleanup_after_upload(
+        record.path, bool(config.get("keep_local", False)), config.get("local_max_bytes")
+    )
 
 
-def _upload(worker: Worker, record: object) -> str | None:
+def _upload(worker: Worker, record: WindowRecord) -> str | None:
     """Upload one summarised window into its run; the error goes into its manifest."""
     from neuron_mlflow.sinks.mlflow_sink import MlflowSink
     from neuron_mlflow.sinks.pending import group_key, target_run
-    from neuron_mlflow.sinks.spool import WindowRecord
-
-    assert isinstance(record, WindowRecord)
     manifest = record.manifest
     sink = None
     try:
