@@ -38,5 +38,8 @@ def _isolated(tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
             monkeypatch.delenv(name)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
     monkeypatch.setenv("NEURON_MLFLOW_STRICT", "1")
+    # a worker process with no work left exits after 2 s (60 s in a job): the suite starts
+    # hundreds of short sessions, each with a spool folder of its own
+    monkeypatch.setenv("NEURON_MLFLOW_WORKER_IDLE_S", "2")
     while mlflow.active_run() is not None:
         mlflow.end_run()

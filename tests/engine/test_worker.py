@@ -1,0 +1,116 @@
+"""The worker process: it finishes what the training process queued, once, even after that
+process is killed; one worker per spool; what it cannot take stays for ``sync``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from neuron_mlflow.engine.worker import CLIENTS, Job, Worker, WorkerClient
+from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, claim, claim_file, worker_running
+from neuron_mlflow.sinks.spool import Spool
+from tests.helpers import ROOT, metric_history, run_python
+
+CRASH_JOB = str(ROOT / "tests" / "engine" / "crash_job.py")
+KILL_JOB = str(ROOT / "tests" / "engine" / "kill_job.py")
+
+
+def _queued_spool(tmp_path: Path, tracking_uri: str, windows: int = 2) -> Path:
+    """A spool whose job died (os._exit) with its windows queued and never summarised."""
+    spool = tmp_path / "spool"
+    run_python([CRASH_JOB, str(spool), str(windows)], tracking_uri)
+    assert len(list((spool / QUEUE).glob("*.json"))) == windows
+    return spool
+
+
+def _wait(condition, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.1)
+
+
+def test_the_worker_finishes_a_dead_jobs_queue_once_and_exits(tmp_path, tracking_uri) -> None:
+    spool = _queued_spool(tmp_path, tracking_uri)
+    Worker(spool, idle_s=0.0).loop()  # returns: its only client is dead, the queue is done
+    records = list(Spool(spool).windows())
+    assert {r.status for r in records} == {"done"}
+    assert all(r.manifest["handled"] and r.manifest["summarised"] for r in records)
+    assert list((spool / QUEUE).glob("*.json")) == [], "the queue is empty"
+    assert not worker_running(spool), "it let its lock go"
+    assert list((spool / CLIENTS).glob("*.lock")) == [], "the dead job's registration is gone"
+    (run_id,) = {r.manifest["run_id"] for r in records}
+    steps = sorted(r.manifest["metric_step"] for r in records)
+    assert [s for s, _ in metric_history(run_id, "profile/steps")] == steps, "each value once"
+    Worker(spool, idle_s=0.0).loop()  # nothing queued: nothing sent again
+    assert [s for s, _ in metric_history(run_id, "profile/steps")] == steps
+
+
+def test_a_window_that_sync_holds_is_left_to_it(tmp_path, tracking_uri) -> None:
+    spool = _queued_spool(tmp_path, tracking_uri, windows=1)
+    (record,) = list(Spool(spool).windows())
+    held = claim(record.path)  # a `neuron-mlflow sync` in another terminal
+    assert held is not None
+    try:
+        assert Worker(spool).run_once() == 1
+    finally:
+        held.release()
+    record.reload()
+    assert record.manifest["summarised"] is False and record.status == "pending"
+    assert "handled" not in record.manifest, "untouched: sync finishes it"
+
+
+def test_an_unreadable_job_file_is_dropped(tmp_path, caplog) -> None:
+    (tmp_path / QUEUE).mkdir()
+    (tmp_path / QUEUE / "0001_bad.json").write_text("{not json")
+    assert Worker(tmp_path).run_once() == 0
+    assert list((tmp_path / QUEUE).iterdir()) == []
+    assert "unreadable job" in caplog.text
+
+
+def test_one_worker_per_spool(tmp_path) -> None:
+    held = claim_file(tmp_path / WORKER_LOCK)  # a worker serves this spool
+    assert held is not None
+    try:
+        client = WorkerClient(tmp_path)
+        client.submit(Job(window="nowhere"))
+        assert client.ensure_running() is False, "no second worker"
+        Worker(tmp_path).loop()  # returns at once: the lock is held
+        assert len(client.queued()) == 1, "the running worker takes the job"
+    finally:
+        held.release()
+        client.close()
+
+
+def test_a_job_killed_right_after_its_window_is_still_uploaded(tmp_path, tracking_uri) -> None:
+    spool = tmp_path / "spool"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
+    env.update(MLFLOW_TRACKING_URI=tracking_uri, PYTHONPATH=str(ROOT))
+    job = subprocess.Popen(
+        [sys.executable, KILL_JOB, str(spool)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ENDED"
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.communicate(timeout=60)
+    _wait(lambda: all(r.manifest.get("handled") for r in Spool(spool).windows()))
+    (record,) = list(Spool(spool).windows())
+    assert record.status == "done", record.manifest.get("error")
+    run_id = record.manifest["run_id"]
+    assert metric_history(run_id, "profile/steps") == [(3, 3.0)], "once"
+    _wait(lambda: not worker_running(spool))  # then it exits: its client is gone
+
+
+def test_a_job_file_round_trips() -> None:
+    job = Job(window="s/profile/step_000001-000002", upload=False, upload_timeout_s=5.0)
+    assert msgspec.json.decode(msgspec.json.encode(job), type=Job) == job
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"window": 3}', type=Job)
