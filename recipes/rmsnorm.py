@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         fastest, result, speedup = headline(summaries)
         mlflow.set_tags({"result": result, "fastest": fastest})
-        mlflow.log_metric("speedup", speedup)
+        mlflow.log_metric("speedup", round(speedup, 3))  # a readable column
         print(table)
         print(f"{result}; parent run {name!r} ({parent.info.run_id})")
         print(f"See it in the UI: {ui_hint(mlflow.get_tracking_uri(), parent.info.experiment_id)}")
