@@ -92,6 +92,10 @@ def _compare(base: str, cand: str) -> tuple[int, dict]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["compare", cand, "--baseline", base, "--fail-above", "10", "--format", "json"])
+    if code == 2 or not out.getvalue().strip():
+        raise RuntimeError(
+            f"compare {cand} --baseline {base} exited {code}: {err.getvalue()[-2000:]}"
+        )
     return code, json.loads(out.getvalue())
 
 
