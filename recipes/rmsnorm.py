@@ -10,10 +10,10 @@ on the same input, configuration and schedule:
 
 The parent run is named after what it compared and when (``rmsnorm naive|rms_norm|compiled
 2026-12-04 14:02``) and carries the headline as columns for the runs list: the tag ``result``
-(e.g. ``compiled fastest: 1.31x vs naive (wall time)``), the tag ``fastest`` and the metric
-``speedup``. The parent run gets ``comparison.md`` (the seed's side-by-side table, then the changes
-against the first variant), ``comparison.html`` (the same as a picture) and the headline
-metrics per variant; the table is printed at the end. Run it with::
+(e.g. ``compiled fastest: 1.31x vs naive (self CPU time, improvement)``), the tag ``fastest``
+and the metric ``speedup``. The parent run gets ``comparison.md`` (the seed's side-by-side
+table, then the changes against the first variant), ``comparison.html`` (the same as a
+picture) and the headline metrics per variant; the table is printed at the end. Run it with::
 
     python recipes/rmsnorm.py --rows 64 --hidden 256 --variants naive,rms_norm
 """
@@ -67,22 +67,36 @@ def _device(backend: str) -> str:
     return "cpu"
 
 
-def headline(summaries: dict[str, nm.OpSummary]) -> tuple[str, str, float]:
+def headline(
+    summaries: dict[str, nm.OpSummary],
+    ratios: dict[str, float] | None = None,
+    verdicts: dict[str, str] | None = None,
+) -> tuple[str, str, float]:
     """The fastest variant, its speedup and the sentence for the runs list.
 
-    Times are device time when every variant has one, else wall time. The speedup is against
-    the first variant (the baseline), or against the runner-up when the baseline is fastest.
+    Times are device time when every variant has one, else self CPU time (the time metric of
+    ``neuron-mlflow compare``): ``compare``'s ratios to the first variant (the baseline) when
+    every variant has one (``ratios``, with its ``verdicts``), else the last windows' means.
+    The speedup is against the baseline, or against the runner-up when the baseline is fastest.
     """
+    baseline = next(iter(summaries))
     measure = "device time"
-    times = {v: s.device_time_us for v, s in summaries.items()}
-    if any(t is None for t in times.values()):
-        measure, times = "wall time", {v: s.wall_time_us for v, s in summaries.items()}
-    ranked = sorted(summaries, key=lambda v: times[v] or 0.0)
-    fastest, baseline = ranked[0], next(iter(summaries))
+    if all(s.device_time_us is not None for s in summaries.values()):
+        times = {v: s.device_time_us or 0.0 for v, s in summaries.items()}
+    else:
+        measure, times = "self CPU time", {v: s.cpu_time_us for v, s in summaries.items()}
+    verdicts = verdicts or {}
+    if ratios and all(v in ratios for v in summaries if v != baseline):
+        times = {baseline: 1.0, **{v: ratios[v] for v in summaries if v != baseline}}
+    ranked = sorted(summaries, key=lambda v: times[v])
+    fastest = ranked[0]
     if len(ranked) == 1:
         return fastest, f"{fastest} only: nothing to compare", 1.0
     other = baseline if baseline != fastest else ranked[1]
-    speedup = (times[other] or 0.0) / max(times[fastest] or 0.0, 1e-9)
+    speedup = times[other] / max(times[fastest], 1e-12)
+    judged = fastest if fastest != baseline else other
+    if judged in verdicts:
+        measure += f", {judged}: {verdicts[judged]}" if judged == other else f", {verdicts[judged]}"
     return fastest, f"{fastest} fastest: {speedup:.2f}x vs {other} ({measure})", speedup
 
 
@@ -181,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                 summaries[variant] = summary
                 runs[variant] = (child.info.run_id, summary)
                 print(
-                    f"[{number}/{len(args.variants)}] {variant}: {summary.wall_time_us:.0f} us"
-                    f" wall per step, {summary.op_calls:g} op calls (run {child.info.run_id})",
+                    f"[{number}/{len(args.variants)}] {variant}: {summary.cpu_time_us:.0f} us self"
+                    f" CPU per step, {summary.op_calls:g} top-level calls"
+                    f" (run {child.info.run_id})",
                     flush=True,
                 )
         table = nm.render_side_by_side(summaries)
@@ -197,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             mlflow.log_metrics({f"comparison/{variant}/{k}": v for k, v in values.items()})
         for line in conclude(runs):  # the statistics: ratio, interval, verdict per variant
             print(line)
-        fastest, result, speedup = headline(summaries)
+        decided = mlflow.get_run(parent.info.run_id).data  # conclude()'s ratios and verdicts
+        ratios = {v: decided.metrics[f"ratio/{v}"] for v in runs if f"ratio/{v}" in decided.metrics}
+        verdicts = {v: decided.tags[f"verdict/{v}"] for v in runs if f"verdict/{v}" in decided.tags}
+        fastest, result, speedup = headline(summaries, ratios, verdicts)
         mlflow.set_tags({"result": result, "fastest": fastest})
         mlflow.log_metric("speedup", round(speedup, 3))  # a readable column
         print(table)
