@@ -30,6 +30,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
 from neuron_mlflow.summary.ops import OpSummary, RawOp
@@ -58,6 +59,8 @@ class CapturedStats:
         device_rows: device-side rows (kernels), whose self time is the device total.
         top_level_calls: operator dispatches at the top of the CPU call tree.
         calls_marked: only work inside marked ranges was counted.
+        device_state: what the backend read of this window's device, for its analysis (the
+            Neuron backend's ``NeuronWindow``): per-window state travels with the window.
     """
 
     summary: OpSummary | None = None
@@ -66,6 +69,7 @@ class CapturedStats:
     device_rows: list[RawOp] = field(default_factory=list)
     top_level_calls: int = 0
     calls_marked: bool = False
+    device_state: Any = None
 
 
 def window_trace(trace_dir: Path) -> Path | None:

@@ -102,6 +102,7 @@ def summarise_live(capture: LiveWindow, partial: bool) -> tuple[OpSummary, str |
     """The window's op summary, and which source gave its device time (a run tag)."""
     stats = capture.stats or CapturedStats()
     stats, device_time_source = capture.backend.refine_device_time(stats, capture.trace_dir)
+    capture.stats = stats  # with the backend's per-window state, for its device analysis
     capture.device_busy_pct = stats.device_busy_pct
     if stats.summary is not None:  # read from the window's own trace (the trace engine)
         return stats.summary.with_partial(partial), device_time_source
@@ -238,17 +239,17 @@ def summarise_window(job: FinishJob) -> OpSummary:
 def _device_analysis(job: FinishJob, summary: OpSummary) -> OpSummary:
     """A backend's analysis after the window (Neuron: Explorer's summary, MFU, the verdict,
     the busy share): its metrics, tags and files join the window; a failure never fails it."""
-    analyze = getattr(job.capture.backend, "analyze_window", None)
     assert job.spec is not None and job.record is not None
-    if analyze is None or not job.device_analysis:
+    if not job.device_analysis:
         return summary
     found = guarded(
         job.capture.config.strict,
-        analyze,
+        job.capture.backend.analyze_window,
         job.prefix,
         summary,
         job.capture.trace_dir,
         job.record.artifacts_dir,
+        job.capture.stats or CapturedStats(),
     )
     if found is None:
         return summary

@@ -24,7 +24,8 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 from neuron_mlflow.errors import NeuronMlflowWarning
 
@@ -39,27 +40,47 @@ def report(message: str, stacklevel: int = 3) -> None:
         warnings.warn(message, NeuronMlflowWarning, stacklevel=stacklevel)
 
 
-def guarded(
-    strict: bool,
-    fn: Any,
-    *args: Any,
-    on_failure: Callable[[BaseException], Any] | None = None,
-) -> Any:
-    """Call ``fn(*args)``; an exception becomes one report (``None`` returned), or is raised
-    when ``strict``. ``on_failure`` (e.g. turning profiling off) runs before the report."""
-    try:
-        return fn(*args)
-    except Exception as exc:
-        if strict:
-            raise
-        if on_failure is not None:
-            with contextlib.suppress(Exception):
-                on_failure(exc)
-        what = getattr(fn, "__qualname__", None) or repr(fn)
-        off = "; profiling is off for this session" if on_failure is not None else ""
-        report(
-            f"neuron-mlflow: {what} failed: {type(exc).__name__}: {exc}{off}; "
-            "the profiled code goes on",
-            stacklevel=4,
-        )
-        return None
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Runs our own code so that its failure never reaches the user's job.
+
+    Args:
+        strict: re-raise instead of reporting.
+        on_failure: runs before the report (e.g. turning profiling off).
+
+    Example:
+        >>> Guard(strict=False)(int, "12")
+        12
+    """
+
+    strict: bool
+    on_failure: Callable[[BaseException], object] | None = None
+
+    def __call__(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        """``fn(*args, **kwargs)``; an exception becomes one report (``None`` returned), or is
+        raised when ``strict``."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if self.strict:
+                raise
+            if self.on_failure is not None:
+                with contextlib.suppress(Exception):
+                    self.on_failure(exc)
+            what = getattr(fn, "__qualname__", None) or repr(fn)
+            off = "; profiling is off for this session" if self.on_failure is not None else ""
+            report(
+                f"neuron-mlflow: {what} failed: {type(exc).__name__}: {exc}{off}; "
+                "the profiled code goes on",
+                stacklevel=4,
+            )
+            return None
+
+
+def guarded(strict: bool, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
+    """Call ``fn(*args, **kwargs)`` in a :class:`Guard` (typed: mypy checks the call)."""
+    return Guard(strict)(fn, *args, **kwargs)

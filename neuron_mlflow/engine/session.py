@@ -26,27 +26,39 @@ Example:
 from __future__ import annotations
 
 import atexit
+import json
+import shutil
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.environment import rank_and_world_size
-from neuron_mlflow.engine.guard import guarded, report
-from neuron_mlflow.engine.handoff import Results
-from neuron_mlflow.engine.lifecycle import WindowLifecycle, _capturing
+from neuron_mlflow.engine.finish import FinishJob, spool_live
+from neuron_mlflow.engine.guard import Guard, report
+from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.upload import RunTarget
-from neuron_mlflow.engine.worker import WorkerClient
-from neuron_mlflow.naming import CALL_MARKER_PREFIX
-from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping
+from neuron_mlflow.engine.worker import Job, SkewRequest, WorkerClient
+from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
+from neuron_mlflow.naming import CALL_MARKER_PREFIX, trace_folder
+from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping, window_at
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
-from neuron_mlflow.summary.ops import OpSummary
+from neuron_mlflow.summary.ops import OpSummary, summary_from_dict
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_capturing: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
+"""Sessions with an open window: torch.profiler cannot run two captures at once."""
 
 _open_sessions: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
 """Sessions not closed yet: at exit each waits (bounded) for the worker to finish its windows."""
@@ -55,7 +67,128 @@ WAIT_S = 60.0
 """How long ``summary``/``run_id``/``close()`` wait for the background worker."""
 
 
-class ProfilingSession(WindowLifecycle):
+RESPAWN_CHECK_S = 1.0
+"""While waiting, how often the wait checks that a worker still serves the queue."""
+
+
+@dataclass
+class _Handed:
+    """One window handed to the worker, and what this process has read of it."""
+
+    path: Path
+    upload: bool
+    summary: OpSummary | None = None
+    record: WindowRecord | None = None
+    finished: bool = False
+    reported: bool = False
+
+
+@dataclass
+class Results:
+    """A session's windows handed to the worker process, read back from the spool.
+
+    Nothing here runs unless the user (or ``close()``) asks: the training thread never waits.
+    """
+
+    client: WorkerClient | None = None
+    handed: list[_Handed] = field(default_factory=list)
+
+    def hand_off(self, record: WindowRecord, job: Job) -> None:
+        """Queue the spooled ``record`` for the worker (``job`` says what to do with it)."""
+        assert self.client is not None
+        self.handed.append(_Handed(record.path, job.upload))
+        self.client.submit(job)
+
+    def _read(self, handed: _Handed, summaries_only: bool) -> bool:
+        """Read the window's manifest; True when the worker is done with what we wait for."""
+        if handed.finished:
+            return True
+        try:
+            record = WindowRecord.load(handed.path)
+        except (OSError, ValueError):
+            return False  # being written (atomically replaced): read it again
+        manifest = record.manifest
+        if handed.summary is None and manifest.get("summarised"):
+            try:
+                data = json.loads((record.artifacts_dir / "summary.json").read_text("utf-8"))
+                handed.summary = summary_from_dict(data["summary"])
+                handed.record = record
+            except (OSError, ValueError, KeyError):
+                return False
+        if manifest.get("handled"):
+            handed.record = record
+            handed.finished = True
+            return True
+        return summaries_only and handed.summary is not None
+
+    def wait(self, timeout_s: float, strict: bool, summaries_only: bool = False) -> bool:
+        """Wait (at most ``timeout_s``) for the handed windows; True when none is left.
+
+        With ``summaries_only`` wait until each window is summarised, not for its upload. A
+        failure of the worker is reported once (a warning), or raised when ``strict``.
+        """
+        deadline = time.monotonic() + timeout_s
+        next_check = time.monotonic() + RESPAWN_CHECK_S
+        for handed in self.handed:
+            while not self._read(handed, summaries_only):
+                now = time.monotonic()
+                if now >= deadline:
+                    return False
+                if now >= next_check and self.client is not None:
+                    self.client.ensure_running()  # a worker that died is started again
+                    next_check = now + RESPAWN_CHECK_S
+                time.sleep(min(0.005, max(0.0, deadline - now)))
+            self._report(handed, strict)
+        return True
+
+    def _report(self, handed: _Handed, strict: bool) -> None:
+        record = handed.record
+        if not handed.finished or handed.reported or record is None:
+            return
+        handed.reported = True
+        error = record.manifest.get("error")
+        step = record.manifest.get("failed_step")
+        if not error or step is None:
+            return
+        if strict:
+            raise NeuronMlflowError(f"neuron-mlflow: {error}")
+        if step == "upload":
+            local_dir = self.client.root if self.client is not None else record.path.parent
+            report(
+                f"neuron-mlflow: {error}; it is kept at {record.path} (pending). Run "
+                f"`neuron-mlflow sync --local-dir {local_dir}` to upload it later"
+            )
+        else:
+            report(f"neuron-mlflow: {error}")
+
+    def close(self) -> None:
+        """This process hands no more windows (the worker finishes the queue, then exits)."""
+        if self.client is not None:
+            self.client.close()
+
+    @property
+    def summary(self) -> OpSummary | None:
+        """The summary of the last window summarised so far."""
+        summaries = [h.summary for h in self.handed if h.summary is not None]
+        return summaries[-1] if summaries else None
+
+    @property
+    def records(self) -> list[WindowRecord]:
+        """The handed windows read back so far (summarised), oldest first."""
+        return [h.record for h in self.handed if h.record is not None and h.summary is not None]
+
+    @property
+    def run_id(self) -> str | None:
+        """The run the last uploaded window went to."""
+        for handed in reversed(self.handed):
+            if handed.record is not None and handed.record.status == "done":
+                run = handed.record.manifest.get("run_id")
+                if run:
+                    return str(run)
+        return None
+
+
+class ProfilingSession:
     """Capture windows by schedule, summarise them, spool them, and log them to MLflow.
 
     Args:
@@ -131,7 +264,7 @@ class ProfilingSession(WindowLifecycle):
         self._system: SystemMetrics | None = None
         if system_metrics:
             active = self.target.active_run()
-            self._system = self._guarded(
+            self._system = self.guarded(
                 start_system_metrics,
                 config,
                 self.backend.name,
@@ -201,7 +334,7 @@ class ProfilingSession(WindowLifecycle):
             self._open_window(calls_marked=call_name is not None)
         capture = self._capture
         if capture is not None and call_name is not None:
-            self._guarded(capture.enter_marker, CALL_MARKER_PREFIX + call_name)
+            self.guarded(capture.enter_marker, CALL_MARKER_PREFIX + call_name)
         self._step_started_ns = time.perf_counter_ns()
 
     def end_step(self) -> WindowRecord | None:
@@ -217,11 +350,11 @@ class ProfilingSession(WindowLifecycle):
             return None
         action = action_at(self.config.schedule, self.step_num)
         try:
-            self._guarded(self.backend.synchronize)
-            self._guarded(capture.exit_marker)
+            self.guarded(self.backend.synchronize)
+            self.guarded(capture.exit_marker)
             if action in (Action.RECORD, Action.RECORD_AND_SAVE):
                 capture.record_step(self.step_num, self._step_started_ns)
-            self._guarded(capture.step)
+            self.guarded(capture.step)
         finally:
             self.step_num += 1
         if action == Action.RECORD_AND_SAVE:
@@ -286,7 +419,7 @@ class ProfilingSession(WindowLifecycle):
         _open_sessions.discard(self)
         if self._system is not None:
             system, self._system = self._system, None
-            self._guarded(system.stop)
+            self.guarded(system.stop)
 
     @property
     def window_open(self) -> bool:
@@ -295,16 +428,12 @@ class ProfilingSession(WindowLifecycle):
 
     # -- windows ------------------------------------------------------------------------
 
-    def _guarded(self, fn: Any, *args: Any) -> Any:
-        """Run our own code: a failure becomes one report and turns profiling off for this
-        session (the profiled code goes on), unless ``config.strict``."""
-        return guarded(self.config.strict, fn, *args, on_failure=self._turn_off)
-
-    def guard(self, fn: Any, *args: Any) -> Any:
-        """Run a front end's call into the engine (``begin_step``, ``end_step``, ``abort``)
-        inside the guard: see :mod:`neuron_mlflow.engine.guard`. Once profiling is off these
-        calls cost a comparison."""
-        return guarded(self.config.strict, fn, *args, on_failure=self._turn_off)
+    def guarded(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        """Run our own code, or a front end's call into the engine (``begin_step``,
+        ``end_step``, ``abort``), in the guard (:mod:`neuron_mlflow.engine.guard`): a failure
+        becomes one report and turns profiling off for this session (the profiled code goes
+        on), unless ``config.strict``. Once profiling is off these calls cost a comparison."""
+        return Guard(self.config.strict, self._turn_off)(fn, *args, **kwargs)
 
     @property
     def disabled(self) -> bool:
@@ -325,6 +454,88 @@ class ProfilingSession(WindowLifecycle):
 
     def _rank(self) -> tuple[int, int]:
         return self._rank_info or rank_and_world_size()
+
+    def _open_window(self, calls_marked: bool) -> None:
+        window = window_at(self.config.schedule, self.step_num)
+        assert window is not None and window.start == self.step_num  # schedule invariant
+        self._next_start = self._next_after(window.last + 1)
+        busy = [other.prefix for other in _capturing if other is not self]
+        if busy:
+            warnings.warn(
+                f"neuron-mlflow: window {window.index} of {self.prefix} (steps "
+                f"{window.first}-{window.last}) skipped: a window of {busy[0]} is still open, "
+                "and torch.profiler cannot run two captures at once",
+                NeuronMlflowWarning,
+                stacklevel=4,
+            )
+            return
+        if self._session_dir is None:
+            self._session_dir = self._spool.new_session_dir()
+        staging = Spool.capture_dir(self._session_dir, window.index)
+        trace_dir = staging / "artifacts" / trace_folder(self._rank()[0])
+        capture = LiveWindow(
+            window, self.backend, self.config, staging, trace_dir, calls_marked=calls_marked
+        )
+        capture.host_load = sample_host_load()
+        self.guarded(capture.start)
+        if capture.prof is not None:
+            self._capture = capture
+            _capturing.add(self)
+            signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
+
+    def _finish_window(
+        self, status: str, partial: bool, error: str | None = None
+    ) -> WindowRecord | None:
+        """Stop the profiler here (the trace is written), spool the window and queue it for
+        the worker process: all the training thread does. Returns the spooled record."""
+        capture = self._capture
+        if capture is None:
+            return None
+        self._capture = None
+        _capturing.discard(self)
+        self.guarded(capture.exit_marker)
+        self.guarded(capture.stop)
+        if capture.recorded_steps == 0:
+            # Interrupted during warm-up: nothing was recorded.
+            shutil.rmtree(capture.staging, ignore_errors=True)
+            return None
+        assert self._session_dir is not None
+        rank, world_size = self._rank()
+        job = FinishJob(
+            capture=capture,
+            prefix=self.prefix,
+            spool=self._spool,
+            session_dir=self._session_dir,
+            status=status,
+            partial=partial,
+            error=error,
+            rank=rank,
+            world_size=world_size,
+            metric_step=None if self._metric_step is None else self._metric_step(),
+            traces_only=self._traces_only,
+            job_id=self.job_id,
+            upload=self.upload_enabled and status != "incomplete",
+            target=self.target,
+            active_run=self.target.active_run(),
+            rank_metrics=self._rank_metrics,
+        )
+        self.guarded(spool_live, job)  # the window is in the spool before the step returns
+        record = job.record
+        if record is None:
+            return None
+        record.release()  # the worker process claims it
+        skew = None
+        if rank == 0 and world_size > 1 and job.upload:
+            ranks = self._capture_ranks or tuple(range(world_size))
+            skew = SkewRequest(self.prefix, int(record.manifest["metric_step"]), tuple(ranks))
+        handed = Job(
+            window=record.path.relative_to(self._spool.root.absolute()).as_posix(),
+            upload=job.upload,
+            upload_timeout_s=self.config.upload_timeout_s,
+            skew=skew,
+        )
+        self.guarded(self._results.hand_off, record, handed)
+        return record
 
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"

@@ -55,9 +55,17 @@ def summarise_spooled(record: WindowRecord) -> None:
     config = ProfilerConfig.model_validate(document["config"])
     facts = manifest["window"]
     window = Window(facts["index"], facts["first"], facts["first"], facts["last"])
+    backend = BACKENDS[manifest["backend"]](config)  # summarising needs no device
+    backend.restore(
+        {
+            key.removeprefix(TAG_PREFIX): value
+            for key, value in (manifest.get("tags") or {}).items()
+            if key.startswith(TAG_PREFIX)
+        }
+    )
     capture = LiveWindow(
         window,
-        BACKENDS[manifest["backend"]](config),  # summarising needs no device
+        backend,
         config,
         staging=record.path,
         trace_dir=record.artifacts_dir / Path(manifest["trace_dir"]),
@@ -102,7 +110,7 @@ def summarise_spooled(record: WindowRecord) -> None:
         error=manifest.get("error"),
         traces_only=bool(manifest.get("traces_only")),
     )
-    if not job.device_analysis and hasattr(job.capture.backend, "analyze_window"):
+    if not job.device_analysis and job.capture.backend.name == "neuron":
         document.setdefault("errors", []).append(
             f"device analysis (Explorer summary, MFU, verdict) skipped: summarised by sync on "
             f"{here}, not on the training host {there}, whose chip, cores and tools it reads"

@@ -87,20 +87,20 @@ class Profiler:
 
     def step(self) -> None:
         """End one step and begin the next (inside a ``with`` block)."""
-        self.session.guard(self.session.step)
+        self.session.guarded(self.session.step)
 
     def close(self) -> None:
         """Stop a window still open (logged as partial). Idempotent."""
-        self.session.guard(self.session.close)
+        self.session.guarded(self.session.close)
         _open_profilers.discard(self)
 
     def __enter__(self) -> Profiler:
-        self.session.guard(self.session.begin_step)
+        self.session.guarded(self.session.begin_step)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None:
-            self.session.guard(self.session.abort, exc)
+            self.session.guarded(self.session.abort, exc)
         self.close()
 
     def __call__(self, fn: F) -> F:
@@ -112,13 +112,13 @@ class Profiler:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # our code runs in the session's guard: a failure of ours is one report and
             # turns profiling off; the user's result and exceptions pass unchanged
-            session.guard(session.begin_step, call_name)
+            session.guarded(session.begin_step, call_name)
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
-                session.guard(session.abort, exc)
+                session.guarded(session.abort, exc)
                 raise
-            session.guard(session.end_step)
+            session.guarded(session.end_step)
             return result
 
         wrapper.profiler = self  # type: ignore[attr-defined]

@@ -34,7 +34,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.guard import guarded
+from neuron_mlflow.engine.guard import Guard
 from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
 from neuron_mlflow.engine.stages import StageWindows, check_ranks
@@ -150,7 +150,7 @@ class NeuronProfilerCallback(Callback):
     def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a hook's body in the guard (:mod:`neuron_mlflow.engine.guard`): a failure of
         ours is one report and turns profiling off for this callback; training goes on."""
-        return guarded(self.config.strict, fn, *args, on_failure=self._turn_off)
+        return Guard(self.config.strict, self._turn_off)(fn, *args)
 
     def _turn_off(self, exc: BaseException | None = None) -> None:
         self._off = True

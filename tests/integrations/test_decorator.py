@@ -27,6 +27,7 @@ from tests.helpers import (
 )
 
 CORE = {"cpu_time_us", "wall_time_us", "op_calls", "steps"}
+SPREAD = {f"{time}_{stat}" for time in ("cpu_time_us", "wall_time_us") for stat in ("p50", "iqr")}
 
 
 def _run_naive(experiment: str, **kwargs):
@@ -51,7 +52,7 @@ def test_naive_rmsnorm_window_lands_in_mlflow_with_the_metric_contract(tmp_path)
 
     got = metrics(prof.run_id)
     prefix = "profile/naive/"
-    assert {k for k in got if k.count("/") == 2} == {prefix + name for name in CORE}
+    assert {k for k in got if k.count("/") == 2} == {prefix + name for name in CORE | SPREAD}
     assert got[prefix + "steps"] == 5
     assert got[prefix + "op_calls"] == 6
     assert not any(k.endswith("device_time_us") or "device" in k for k in got), "CPU: no device"
@@ -204,7 +205,8 @@ def test_more_than_1000_metrics_in_one_window() -> None:
     )
     profiled()
     got = metrics(profiled.profiler.run_id)
-    assert len(got) == 4 + 600 * 2
+    # the 4 headline metrics, the per-step median and spread of the 2 times, 2 per op
+    assert len(got) == 4 + 2 * 2 + 600 * 2
     assert got["profile/op/region_599/calls"] == 1
 
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "AUTO_ORDER", "Backend", "resolve_backend"]
 
+_IMPLEMENTS: tuple[type[Backend], ...] = (CpuBackend, CudaBackend, NeuronBackend)
+"""mypy checks here that each backend implements the :class:`Backend` protocol."""
+
 BACKENDS: dict[str, type[Backend]] = {
     "cpu": CpuBackend,
     "cuda": CudaBackend,

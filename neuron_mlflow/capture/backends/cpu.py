@@ -8,15 +8,15 @@ Example:
 from __future__ import annotations
 
 import platform
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.backends.base import BaseBackend
 
 if TYPE_CHECKING:
     import torch.profiler
 
 
-class CpuBackend(Backend):
+class CpuBackend(BaseBackend):
     """Profile CPU operators only (``ProfilerActivity.CPU``); always available.
 
     Example:
@@ -24,8 +24,8 @@ class CpuBackend(Backend):
         True
     """
 
-    name = "cpu"
-    device_label = None
+    name: ClassVar[str] = "cpu"
+    device_label: ClassVar[str | None] = None
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

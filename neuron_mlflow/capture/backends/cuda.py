@@ -7,15 +7,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.backends.base import BaseBackend
 
 if TYPE_CHECKING:
     import torch.profiler
 
 
-class CudaBackend(Backend):
+class CudaBackend(BaseBackend):
     """Profile CPU operators and CUDA kernels; needs a visible CUDA device.
 
     Example:
@@ -24,8 +24,8 @@ class CudaBackend(Backend):
         True
     """
 
-    name = "cuda"
-    device_label = "CUDA"
+    name: ClassVar[str] = "cuda"
+    device_label: ClassVar[str | None] = "CUDA"
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -28,22 +28,26 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import warnings
-from dataclasses import replace
+from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.backends.base import BaseBackend
 from neuron_mlflow.capture.backends.neuron_analysis import NOTES_KEY, DeviceAnalysis, analyze_window
-from neuron_mlflow.capture.backends.neuron_device_time import read_device_times, with_device_times
+from neuron_mlflow.capture.backends.neuron_device_time import (
+    DeviceTimes,
+    read_device_times,
+    with_device_times,
+)
 from neuron_mlflow.capture.backends.neuron_files import (
     FRAMEWORK_TRACE_NAMES,
     NeuronWindow,
     framework_traces,
-    trace_key,
 )
 from neuron_mlflow.summary.ops import OpSummary
 
@@ -71,11 +75,34 @@ PROFILE_ENVIRONMENT = (
 DEFAULTED_OPTIONS = ("correlate_device_time", "precache_node_info")
 """Documented options passed even when the user did not set them (their defaults)."""
 _told_unsupported: set[str] = set()
-KEPT_PROFILES = 4
+KEY_AVERAGES_FILE = "device_times.key_averages.json"
+"""Device times read from ``key_averages()`` at the window's end, when its trace has none."""
+
+_DEVICE_EVENT_MARKS = (b'"cat": "kernel"', b'"cat":"kernel"')
+
+
+def _has_device_events(trace: Path) -> bool:
+    """Whether the framework trace holds a device (``kernel``) event: a byte scan."""
+    import mmap
+
+    if trace.suffix == ".gz":
+        return True  # compressed: the worker reads it (and the key_averages file is moot)
+    try:
+        with open(trace, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return any(m.find(mark) >= 0 for mark in _DEVICE_EVENT_MARKS)
+    except (OSError, ValueError):
+        return True
+
+
+def _kept_times(trace_dir: Path) -> DeviceTimes | None:
+    path = trace_dir / KEY_AVERAGES_FILE
+    if not path.is_file():
+        return None
+    return DeviceTimes(**json.loads(path.read_text(encoding="utf-8")))
 """Finished windows' profilers kept for :meth:`NeuronBackend.read_window` (oldest dropped)."""
 
 
-class NeuronBackend(Backend):
+class NeuronBackend(BaseBackend):
     """Profile CPU operators and NeuronCore activity with TorchNeuron's profiler.
 
     Example:
@@ -84,15 +111,13 @@ class NeuronBackend(Backend):
         True
     """
 
-    name = "neuron"
-    device_label = "NEURON"
+    name: ClassVar[str] = "neuron"
+    device_label: ClassVar[str | None] = "NEURON"
 
     def __init__(self, config: ProfilerConfig | None = None) -> None:
         super().__init__(config)
         self._exporter: Any = None
         self.unsupported_options: set[str] = set()
-        self._profiles: dict[str, Any] = {}
-        self._windows: dict[str, NeuronWindow] = {}
         if os.environ.get("NEURON_RT_INSPECT_ENABLE") == "1":
             import warnings
 
@@ -202,17 +227,21 @@ class NeuronBackend(Backend):
     def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
         """``NeuronProfiler(cfg).export_trace``: the Neuron tree, names and nesting as written.
 
-        The profiler is kept (torch builds its events lazily: later, off the training
-        thread) in case its events hold device time that the trace lacks, under the path of
-        the window's framework trace inside ``output_dir`` (which stays the same when the
-        folder is moved into the spool); :meth:`read_window` drops it.
+        The window is summarised later by the worker process, which cannot reach this
+        profiler. So when the framework trace holds no device event (an SDK that puts device
+        time only into ``key_averages()``, as ``correlate_device_time`` does), the device
+        times are read from the profiler's events here and kept next to the trace
+        (:data:`KEY_AVERAGES_FILE`); a byte scan of the trace decides, and only then does the
+        training thread pay for torch's event tree.
         """
         self._exporter.export_trace(prof)
         traces = framework_traces(output_dir)
-        if traces:
-            self._profiles[trace_key(traces[0], output_dir)] = prof
-            while len(self._profiles) > KEPT_PROFILES:
-                self._profiles.pop(next(iter(self._profiles)))
+        if traces and not _has_device_events(traces[0]):
+            times = read_device_times(prof.events())
+            if times.device_us > 0:
+                (output_dir / KEY_AVERAGES_FILE).write_text(
+                    json.dumps(asdict(times)), encoding="utf-8"
+                )
 
     def synchronize(self) -> None:
         import torch
@@ -229,8 +258,6 @@ class NeuronBackend(Backend):
         from neuron_mlflow.trace.summarize import summarize_trace
 
         traces = framework_traces(trace_dir)
-        kept = self._profiles.pop(trace_key(traces[0], trace_dir), None) if traces else None
-        prof = kept if prof is None else prof
         if not traces:
             return NeuronWindow(
                 None,
@@ -243,7 +270,7 @@ class NeuronBackend(Backend):
             window.device_busy_pct = result.device_busy_pct
             window.kernels = dict(result.kernels)
             return window
-        times = read_device_times(prof.events()) if prof is not None else None
+        times = read_device_times(prof.events()) if prof is not None else _kept_times(trace_dir)
         if times is not None and times.device_us > 0:
             window.summary = with_device_times(result.summary, times)
             window.source = "key_averages"
@@ -266,21 +293,25 @@ class NeuronBackend(Backend):
         trace, each operator with the device time it launched inside the window's marked
         ranges (from the trace, else from ``key_averages()``), and the busy share."""
         window = self.read_window(trace_dir)
-        self._windows[str(trace_dir)] = window
-        while len(self._windows) > KEPT_PROFILES:
-            self._windows.pop(next(iter(self._windows)))
+        stats.device_state = window  # for analyze_window: the window's, not the backend's
         stats.summary = window.summary
         stats.device_busy_pct = window.device_busy_pct
         return stats, window.source
 
     def analyze_window(
-        self, prefix: str, summary: OpSummary, trace_dir: Path, out_dir: Path
+        self,
+        prefix: str,
+        summary: OpSummary,
+        trace_dir: Path,
+        out_dir: Path,
+        stats: CapturedStats,
     ) -> DeviceAnalysis:
         """After the window, off the training thread: the busy share read with its device
         time, Neuron Explorer's summary (``neuron_summary.json`` into ``out_dir``, metrics
         ``P/neuron/...``), ``P/mfu_pct`` and the verdict
         (:func:`~neuron_mlflow.capture.backends.neuron_analysis.analyze_window`)."""
-        window = self._windows.pop(str(trace_dir), None)
+        state = stats.device_state
+        window = state if isinstance(state, NeuronWindow) else None
         busy = window.device_busy_pct if window is not None else None
         mode = self.config.neuron.explorer_summary if self.config is not None else "auto"
         analysis = analyze_window(prefix, summary, busy, trace_dir, out_dir, mode=mode)
@@ -315,3 +346,9 @@ class NeuronBackend(Backend):
                     "unsupported" if name in self.unsupported_options else str(value).lower()
                 )
         return facts
+
+    def restore(self, facts: dict[str, str]) -> None:
+        """The options the training host's SDK refused (its summary notes them)."""
+        for name in DEFAULTED_OPTIONS:
+            if facts.get(f"neuron.{name}") == "unsupported":
+                self.unsupported_options.add(name)
