@@ -34,6 +34,7 @@ def _job(spool: Path, windows: int = 1, **kwargs) -> nm.Profiler:
         for _ in range(2 * windows):
             profiled(x, w)
         profiled.profiler.session.wait()
+        profiled.profiler.close()  # the job is over: its worker lets go of its windows
     return profiled.profiler
 
 
