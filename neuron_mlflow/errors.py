@@ -10,6 +10,7 @@ The hierarchy::
     ├── IngestError (ValueError)         bad input to ``ingest``: no traces, an unknown run
     ├── CompareError (ValueError)        a run cannot be compared: unknown id, no profile
     ├── DownloadError (ValueError)       the run or window to download does not exist
+    ├── WindowRequestRefused             a window asked for outside the schedule cannot be taken
     └── OutOfOrder                       internal: the trace engine's streaming pass hands over
                                          to the exact buffered pass (never reaches users)
 
@@ -118,6 +119,15 @@ class OutOfOrder(NeuronMlflowError):
     Example:
         >>> str(OutOfOrder("operators of thread (1, 1) out of start order"))
         'operators of thread (1, 1) out of start order'
+    """
+
+
+class WindowRequestRefused(NeuronMlflowError):
+    """A window asked for outside the schedule cannot be taken; the message says why.
+
+    Example:
+        >>> str(WindowRequestRefused("step 3 is past"))
+        'step 3 is past'
     """
 
 

@@ -223,6 +223,17 @@ def partial_tag(artifact_path: str) -> str:
     return f"neuron_mlflow.partial/{artifact_path}"
 
 
+def reason_tag(artifact_path: str) -> str:
+    """Run tag saying why a window was taken: ``schedule``, ``request <id>``,
+    ``slow steps: 1.7x median``.
+
+    Example:
+        >>> reason_tag("profile/step_000000-000001")
+        'neuron_mlflow.reason/profile/step_000000-000001'
+    """
+    return f"neuron_mlflow.reason/{artifact_path}"
+
+
 def rank_metrics(prefix: str, rank: int, summary: OpSummary) -> dict[str, float]:
     """One rank's headline metrics: ``P/rank/<r>/device_time_us`` (else ``cpu_time_us``) and
     ``P/rank/<r>/wall_time_us``.

@@ -92,6 +92,20 @@ def action_at(schedule: Schedule, step: int) -> Action:
     return Action.RECORD_AND_SAVE if step == window.last else Action.RECORD
 
 
+def window_action(window: Window, step: int) -> Action:
+    """The action of ``step`` in ``window`` alone (a scheduled or a requested window).
+
+    Example:
+        >>> [window_action(Window(9, 5, 6, 7), s).name for s in (4, 5, 6, 7)]
+        ['NONE', 'WARMUP', 'RECORD', 'RECORD_AND_SAVE']
+    """
+    if step not in window:
+        return Action.NONE
+    if step < window.first:
+        return Action.WARMUP
+    return Action.RECORD_AND_SAVE if step == window.last else Action.RECORD
+
+
 def next_window_start(schedule: Schedule, step: int) -> int | None:
     """The first step (start of warm-up) of the earliest window starting at or after ``step``.
 

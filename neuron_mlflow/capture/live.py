@@ -37,7 +37,7 @@ from neuron_mlflow.capture.backends.base import Backend
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.naming import RECORDED_STEPS_KEY
-from neuron_mlflow.schedule import Window, action_at
+from neuron_mlflow.schedule import Window, window_action
 
 if TYPE_CHECKING:
     import torch.profiler
@@ -78,6 +78,8 @@ class LiveWindow:
     prof: Any = None
     host_load: Any = None
     """The host's load sampled when the window opened (the engine's ``HostLoad``)."""
+    reason: str = "schedule"
+    """Why the window was taken: ``schedule``, ``request <id>``, ``slow steps: 1.7x median``."""
 
     def record_step(self, step: int, started_ns: int) -> None:
         """Count ``step`` as recorded, with its wall time since ``started_ns``."""
@@ -96,7 +98,7 @@ class LiveWindow:
         step = self.window.start + relative_step
         if step > self.window.last:
             return torch.profiler.ProfilerAction.NONE
-        return torch.profiler.ProfilerAction[action_at(self.config.schedule, step).name]
+        return torch.profiler.ProfilerAction[window_action(self.window, step).name]
 
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
         # Only the export runs here (the training thread): the window is summarised later,

@@ -46,7 +46,7 @@ from neuron_mlflow.engine.host_load import host_load_tags, sample_host_load
 from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.window import WindowSpec, spool_window, write_summary
 from neuron_mlflow.errors import NeuronMlflowWarning
-from neuron_mlflow.naming import metric_key, param_key
+from neuron_mlflow.naming import param_key, rank_metrics, reason_tag, window_artifact_path
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary, build_summary
 
@@ -127,8 +127,15 @@ def spool_live(job: FinishJob) -> None:
     if capture.host_load is not None:  # what makes timings noisy on a shared host
         job.environment.update(host_load_tags(capture.host_load, sample_host_load()))
     tags = dict(job.environment)
+    window_path = window_artifact_path(job.prefix, capture.window.first, capture.last_recorded)
+    tags[reason_tag(window_path)] = capture.reason
     errors = [*capture.errors, *([job.error] if job.error else [])]
-    document = {"config": config.model_dump(mode="json"), "environment": tags, "errors": errors}
+    document = {
+        "config": config.model_dump(mode="json"),
+        "environment": tags,
+        "errors": errors,
+        "reason": capture.reason,
+    }
     job.spec = WindowSpec(
         strict=config.strict,
         run_id=(job.target or RunTarget()).known_run(job.active_run),
@@ -161,6 +168,7 @@ def spool_live(job: FinishJob) -> None:
             "rank": job.rank,
             "world_size": job.world_size,
             "rank_metrics": job.rank_metrics,
+            "reason": capture.reason,  # schedule, request <id>, slow steps: 1.7x median
             "steps": capture.recorded_steps,
             "wall_time_us": capture.wall_ns / 1000.0,
             # what `sync` needs to summarise the window when this process ends first
@@ -199,23 +207,6 @@ def _active_experiment_id(experiment_name: str | None) -> str | None:
         return None
     active = getattr(fluent, "_active_experiment_id", None)
     return str(active) if active else None
-
-
-def rank_metrics(prefix: str, rank: int, summary: OpSummary) -> dict[str, float]:
-    """This rank's own times (``P/rank/<rank>/...``), logged by its own worker.
-
-    Example:
-        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
-        >>> rank_metrics("P", 1, build_summary([RawOp("a", 1, 5.0, 5.0)], 1, 1, 7.0))
-        {'P/rank/1/cpu_time_us': 5.0, 'P/rank/1/wall_time_us': 7.0}
-    """
-    device = summary.device_time_us
-    name = "device_time_us" if device is not None else "cpu_time_us"
-    return {
-        metric_key(prefix, "rank", str(rank), name): device if device is not None
-        else summary.cpu_time_us,
-        metric_key(prefix, "rank", str(rank), "wall_time_us"): summary.wall_time_us,
-    }  # fmt: skip
 
 
 def summarise_window(job: FinishJob) -> OpSummary:

@@ -50,7 +50,13 @@ from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.worker import Job, SkewRequest, WorkerClient
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, trace_folder
-from neuron_mlflow.schedule import Action, action_at, next_window_start_skipping, window_at
+from neuron_mlflow.schedule import (
+    Action,
+    Window,
+    next_window_start_skipping,
+    window_action,
+    window_at,
+)
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary, summary_from_dict
 
@@ -59,6 +65,9 @@ R = TypeVar("R")
 
 _capturing: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
 """Sessions with an open window: torch.profiler cannot run two captures at once."""
+
+REQUESTED_BASE = 1_000_000
+"""Requested windows are numbered from here (scheduled windows count from 0)."""
 
 _open_sessions: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
 """Sessions not closed yet: at exit each waits (bounded) for the worker to finish its windows."""
@@ -248,6 +257,8 @@ class ProfilingSession:
         self._rank_info = rank
         self._metric_step = metric_step
         self.skip_windows = skip_windows if skip_windows is not None else set()
+        self._requested: list[tuple[Window, str]] = []
+        self._requested_ever: list[Window] = []
         self._traces_only = traces_only
         self.job_id = job_id
         self._spool = Spool(Path(config.local_dir).absolute())
@@ -273,7 +284,63 @@ class ProfilingSession:
             )
 
     def _next_after(self, step: int) -> int | None:
-        return next_window_start_skipping(self.config.schedule, self.skip_windows, step)
+        scheduled = next_window_start_skipping(self.config.schedule, self.skip_windows, step)
+        requested = [w.start for w, _ in self._requested if w.start >= step]
+        return min([s for s in (scheduled, *requested) if s is not None], default=None)
+
+    def request_window(
+        self, steps: int, warmup: int = 0, start: int | None = None, reason: str = "request"
+    ) -> Window:
+        """Capture a window outside the schedule: ``warmup`` steps, then ``steps`` recorded
+        steps, from step ``start`` (default: the next step that begins). The window is an
+        ordinary window (spooled, summarised and uploaded by the worker process) whose
+        ``reason`` is kept with it. Call it on the training thread (between steps).
+
+        Raises:
+            WindowRequestRefused: profiling is off or closed, ``steps`` is below 1 or
+                ``warmup`` below 0, ``start`` is already past, or the window would overlap
+                one that is open, scheduled or requested (one window at a time); the
+                message says which.
+        """
+        from neuron_mlflow.errors import WindowRequestRefused
+
+        if self._closed or self._disabled:
+            raise WindowRequestRefused("profiling is off in this process")
+        if steps < 1 or warmup < 0:
+            raise WindowRequestRefused(
+                f"steps={steps}, warmup={warmup}: need steps >= 1 and warmup >= 0"
+            )
+        begin = self.step_num if start is None else start
+        if self._capture is not None and begin <= self._capture.window.last:
+            raise WindowRequestRefused(
+                f"step {begin} is inside the open window (steps {self._capture.window.start}-"
+                f"{self._capture.window.last}); ask for a start after step "
+                f"{self._capture.window.last}"
+            )
+        if begin < self.step_num:
+            raise WindowRequestRefused(f"step {begin} is past (the next step is {self.step_num})")
+        window = Window(
+            REQUESTED_BASE + len(self._requested_ever), begin, begin + warmup,
+            begin + warmup + steps - 1,
+        )  # fmt: skip
+        for other, _ in self._requested:
+            if window.start <= other.last and other.start <= window.last:
+                raise WindowRequestRefused(
+                    f"steps {window.start}-{window.last} overlap the requested window of "
+                    f"steps {other.start}-{other.last}"
+                )
+        for step in range(window.start, window.last + 1):
+            scheduled = window_at(self.config.schedule, step)
+            if scheduled is not None and scheduled.index not in self.skip_windows:
+                raise WindowRequestRefused(
+                    f"steps {window.start}-{window.last} overlap the scheduled window of "
+                    f"steps {scheduled.start}-{scheduled.last}"
+                )
+        self._requested.append((window, reason))
+        self._requested_ever.append(window)
+        if self._capture is None:
+            self._next_start = self._next_after(self.step_num)
+        return window
 
     def seek(self, step: int) -> None:
         """Set the number of the next step (e.g. ``trainer.global_step`` after a resume).
@@ -348,7 +415,7 @@ class ProfilingSession:
         if capture is None:
             self.step_num += 1
             return None
-        action = action_at(self.config.schedule, self.step_num)
+        action = window_action(capture.window, self.step_num)
         try:
             self.guarded(self.backend.synchronize)
             self.guarded(capture.exit_marker)
@@ -373,7 +440,7 @@ class ProfilingSession:
         if capture is None:
             self.step_num += 1
             return
-        if action_at(self.config.schedule, self.step_num) != Action.WARMUP:
+        if window_action(capture.window, self.step_num) != Action.WARMUP:
             # the failing step ran (in part) while recording: its work is in the capture
             capture.record_step(self.step_num, self._step_started_ns)
         self.step_num += 1
@@ -422,6 +489,11 @@ class ProfilingSession:
             self.guarded(system.stop)
 
     @property
+    def requests_waiting(self) -> bool:
+        """True while a window asked for outside the schedule waits for its first step."""
+        return bool(self._requested)
+
+    @property
     def window_open(self) -> bool:
         """True while a window (warm-up or recording) is being captured."""
         return self._capture is not None
@@ -456,8 +528,15 @@ class ProfilingSession:
         return self._rank_info or rank_and_world_size()
 
     def _open_window(self, calls_marked: bool) -> None:
-        window = window_at(self.config.schedule, self.step_num)
-        assert window is not None and window.start == self.step_num  # schedule invariant
+        requested = [(w, r) for w, r in self._requested if w.start == self.step_num]
+        reason = "schedule"
+        if requested:
+            window, reason = requested[0]
+            self._requested.remove(requested[0])
+        else:
+            found = window_at(self.config.schedule, self.step_num)
+            assert found is not None and found.start == self.step_num  # schedule invariant
+            window = found
         self._next_start = self._next_after(window.last + 1)
         busy = [other.prefix for other in _capturing if other is not self]
         if busy:
@@ -477,6 +556,7 @@ class ProfilingSession:
             window, self.backend, self.config, staging, trace_dir, calls_marked=calls_marked
         )
         capture.host_load = sample_host_load()
+        capture.reason = reason
         self.guarded(capture.start)
         if capture.prof is not None:
             self._capture = capture

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.errors import ConfigError
-from neuron_mlflow.schedule import Action, action_at, next_window_start, window_at
+from neuron_mlflow.schedule import Action, Window, action_at, next_window_start, window_at
 
 if TYPE_CHECKING:
     from neuron_mlflow.engine.session import ProfilingSession
@@ -87,6 +87,29 @@ class StageWindows:
         self.plan_checked = False
         self._open_session = open_session
         self.quiet_until = self._first_start(0)
+        self.requests_pending = False
+        """A window asked for outside the schedule is waiting or open (steps check it)."""
+
+    def request_window(
+        self, steps: int, warmup: int = 0, start: int | None = None, reason: str = "request"
+    ) -> Window:
+        """Capture a window outside the schedule from step ``start`` (default: the next
+        step); see :meth:`~neuron_mlflow.engine.session.ProfilingSession.request_window`.
+
+        Raises:
+            WindowRequestRefused: this rank does not capture, or the session refused it.
+        """
+        from neuron_mlflow.errors import WindowRequestRefused
+
+        if self.session is None:
+            self.session = self._open_session()
+        if self.session is None:
+            raise WindowRequestRefused("this rank does not capture (ranks, stages or off)")
+        if start is None:
+            start = self.next_step if self.open_step is None else self.open_step + 1
+        window = self.session.request_window(steps, warmup, start, reason)
+        self.requests_pending = True
+        return window
 
     def _first_start(self, step: int) -> float:
         first = next_window_start(self.config.schedule, step)
@@ -106,7 +129,7 @@ class StageWindows:
         :meth:`end`), so that a window counts only what runs inside its steps.
         """
         self.open_step = step
-        if step < self.quiet_until:
+        if step < self.quiet_until and not self.requests_pending:
             return
         if self.session is None:
             self.session = self._open_session()
@@ -120,11 +143,13 @@ class StageWindows:
         if step is None:
             return
         self.open_step = None
-        if step < self.quiet_until:
+        if step < self.quiet_until and not self.requests_pending:
             return
         self.metric_step = metric_step
         if self.session is not None:
             self.session.end_step()
+            if self.requests_pending and not self.session.window_open:
+                self.requests_pending = self.session.requests_waiting
         schedule = self.config.schedule
         window = window_at(schedule, step)
         if window is None or step == window.last:
