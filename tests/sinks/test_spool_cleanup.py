@@ -6,6 +6,7 @@ pending by an unreachable server, or half uploaded by an artifact store that ref
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 
@@ -13,19 +14,21 @@ from mlflow import MlflowClient
 
 import neuron_mlflow as nm
 from neuron_mlflow.cli import main
+from neuron_mlflow.sinks.claims import claim
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload, prune, spool_bytes
 from tests.conftest import free_port
-from tests.helpers import inputs, rmsnorm_naive
+from tests.helpers import inputs, rmsnorm_naive, run_python
 
 
 def _job(spool: Path, windows: int = 1, **kwargs) -> nm.Profiler:
-    """Profile ``windows`` windows of the naive RMSNorm into ``spool``; wait for the worker."""
+    """Profile ``windows`` windows of the naive RMSNorm into ``spool``; wait for the worker.
+    The spool keeps its traces (``keep_local``) unless the caller says otherwise."""
+    kwargs.setdefault("keep_local", True)
     profiled = nm.profile(
         backend="cpu",
         schedule=nm.Schedule(warmup=0, active=2, repeat=windows),
         local_dir=spool,
-        keep_local=True,  # what the job leaves behind, whatever the engine cleans by default
         **kwargs,
     )(rmsnorm_naive)
     x, w = inputs()
@@ -34,15 +37,42 @@ def _job(spool: Path, windows: int = 1, **kwargs) -> nm.Profiler:
         for _ in range(2 * windows):
             profiled(x, w)
         profiled.profiler.session.wait()
-        profiled.profiler.close()  # the job is over: its worker lets go of its windows
+        profiled.profiler.close()
+    _released(spool)  # the job is over: its worker lets go of its windows
     return profiled.profiler
 
 
-def _offline_job(spool: Path, monkeypatch) -> None:
-    """One window profiled while the tracking server is unreachable: it stays pending."""
-    with monkeypatch.context() as env:
-        env.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
-        _job(spool, strict=False)
+def _released(spool: Path, timeout_s: float = 30.0) -> None:
+    """Wait until no window of ``spool`` is claimed (the worker releases right after upload)."""
+    deadline = time.monotonic() + timeout_s
+    for record in Spool(spool).windows():
+        while (held := claim(record.path)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if held is not None:
+            held.release()
+
+
+OFFLINE_JOB = """
+import sys
+import neuron_mlflow as nm
+from tests.helpers import inputs, rmsnorm_naive, run_python
+
+profiled = nm.profile(backend="cpu", strict=False, schedule=nm.Schedule(warmup=0, active=2),
+                      local_dir=sys.argv[1], keep_local=sys.argv[2] == "keep", upload_timeout_s=0)(
+    rmsnorm_naive)
+x, w = inputs()
+for _ in range(2):
+    profiled(x, w)
+"""
+
+
+def _offline_job(spool: Path, keep: bool = True) -> None:
+    """One window profiled by a job (its own process, ended) that could not reach the tracking
+    server: the window stays pending in ``spool``."""
+    script = spool.parent / "offline_job.py"
+    script.write_text(OFFLINE_JOB)
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    run_python([str(script), str(spool), "keep" if keep else "clean"], unreachable)
 
 
 def _traces(record: WindowRecord) -> list[Path]:
@@ -57,10 +87,27 @@ def _by_status(spool: Path) -> dict[str, list[WindowRecord]]:
     return out
 
 
-def test_prune_frees_uploaded_windows_and_nothing_else(tmp_path, monkeypatch, capsys) -> None:
+def test_after_a_job_the_spool_keeps_no_trace_of_an_uploaded_window(tmp_path) -> None:
+    """The default: once MLflow has a window, its traces leave the spool (its record stays);
+    keep_local=True keeps them; a window that could not be uploaded keeps everything."""
+    _job(tmp_path / "default", windows=2, keep_local=False)
+    done = list(Spool(tmp_path / "default").windows())
+    assert [r.status for r in done] == ["done", "done"]
+    assert all(_traces(r) == [] and (r.artifacts_dir / "summary.md").is_file() for r in done)
+
+    _job(tmp_path / "kept", keep_local=True)
+    (kept,) = Spool(tmp_path / "kept").windows("done")
+    assert _traces(kept)
+
+    _offline_job(tmp_path / "offline", keep=False)
+    (pending,) = Spool(tmp_path / "offline").windows()
+    assert pending.status == "pending" and _traces(pending)
+
+
+def test_prune_frees_uploaded_windows_and_nothing_else(tmp_path, capsys) -> None:
     spool = tmp_path / "spool"
     _job(spool, windows=2)
-    _offline_job(spool, monkeypatch)
+    _offline_job(spool)
     windows = _by_status(spool)
     assert len(windows["done"]) == 2 and len(windows["pending"]) == 1
     assert all(_traces(r) for r in windows["done"] + windows["pending"])
@@ -86,10 +133,10 @@ def test_prune_frees_uploaded_windows_and_nothing_else(tmp_path, monkeypatch, ca
     assert prune(spool).pruned == [str(pending.path)]
 
 
-def test_sync_prune_uploads_then_frees_every_uploaded_window(tmp_path, monkeypatch, capsys) -> None:
+def test_sync_prune_uploads_then_frees_every_uploaded_window(tmp_path, capsys) -> None:
     spool = tmp_path / "spool"
     _job(spool)
-    _offline_job(spool, monkeypatch)
+    _offline_job(spool)
     assert main(["sync", "--prune", "--local-dir", str(spool)]) == 0
     out = capsys.readouterr().out
     assert "uploaded" in out and "freed" in out and "2 uploaded windows" in out
@@ -130,10 +177,10 @@ def _files(record: WindowRecord) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in record.path.rglob("*") if p.is_file()}
 
 
-def test_a_failed_upload_keeps_everything(tmp_path, monkeypatch) -> None:
+def test_a_failed_upload_keeps_everything(tmp_path) -> None:
     """The tracking server cannot be reached: the window stays pending, every file stays."""
     spool = tmp_path / "spool"
-    _offline_job(spool, monkeypatch)
+    _offline_job(spool)
     (record,) = Spool(spool).windows()
     assert record.status == "pending" and _traces(record)
     files = _files(record)
