@@ -28,6 +28,7 @@ _EXPORTS = {
     "ProfilerConfig": "neuron_mlflow.config",
     "ProfilingSession": "neuron_mlflow.engine.session",
     "Schedule": "neuron_mlflow.config",
+    "SlowSteps": "neuron_mlflow.config",
     "comparison_report": "neuron_mlflow.summary.comparison_html",
     "SyncReport": "neuron_mlflow.sinks.pending",
     "profile": "neuron_mlflow.integrations.decorator",
@@ -36,7 +37,7 @@ _EXPORTS = {
 }
 
 if _TYPE_CHECKING:
-    from neuron_mlflow.config import NeuronOptions, ProfilerConfig, Schedule
+    from neuron_mlflow.config import NeuronOptions, ProfilerConfig, Schedule, SlowSteps
     from neuron_mlflow.engine.session import ProfilingSession
     from neuron_mlflow.engine.sync import sync_pending
     from neuron_mlflow.errors import (
@@ -80,6 +81,7 @@ __all__ = [
     "ProfilerConfig",
     "ProfilingSession",
     "Schedule",
+    "SlowSteps",
     "SyncReport",
     "comparison_report",
     "profile",

@@ -355,3 +355,33 @@ def system_metric_key(*parts: str) -> str:
         'system/neuron/core_0/utilization_pct'
     """
     return "/".join(("system", "neuron", *(safe_op_key(part) or "_" for part in parts)))
+
+
+CAPTURE_REQUEST_TAG = "neuron_mlflow.capture.request"
+"""Run tag holding a capture request (JSON: ``id``, ``steps``, ``warmup``, ``at_step``)."""
+
+CAPTURE_FILE = "capture"
+"""``<local_dir>/capture``: a capture request as a file (the same JSON, or empty)."""
+
+STEP_TIME_METRIC = "system/step_time_s"
+"""Mean step time (seconds) over each poll interval, logged by the background thread."""
+
+
+def capture_status_tag(rank: int) -> str:
+    """Run tag where rank ``rank`` answers capture requests (accepted, done, refused).
+
+    Example:
+        >>> capture_status_tag(1)
+        'neuron_mlflow.capture.status.rank.1'
+    """
+    return f"neuron_mlflow.capture.status.rank.{rank}"
+
+
+def heartbeat_tag(rank: int) -> str:
+    """Run tag with rank ``rank``'s heartbeat (JSON: step, steps_per_s, poll_s, time).
+
+    Example:
+        >>> heartbeat_tag(0)
+        'neuron_mlflow.capture.heartbeat.rank.0'
+    """
+    return f"neuron_mlflow.capture.heartbeat.rank.{rank}"

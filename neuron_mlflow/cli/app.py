@@ -2,7 +2,8 @@
 
 Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs), ``download``
 (fetch a window's traces and print the commands that open them), ``summarize`` (the op
-summary of a trace file, without MLflow), ``ingest`` (trace files into MLflow).
+summary of a trace file, without MLflow), ``ingest`` (trace files into MLflow), ``capture``
+(ask a running job for a window: :mod:`neuron_mlflow.cli.capture`, with its own exit codes).
 Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
 ``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics),
 3 ``compare --fail-above``: insufficient data to decide (unless ``--allow-insufficient``).
@@ -341,6 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _summarize(args)
     if args.verb == "ingest":
         return _ingest(args)
+    if args.verb == "capture":
+        from neuron_mlflow.cli.capture import run_capture
+
+        return run_capture(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown verbs
 
 

@@ -147,6 +147,32 @@ def build_parser() -> argparse.ArgumentParser:
             "spool for `neuron-mlflow sync`)."
         ),
     )
+    capture = verbs.add_parser(
+        "capture",
+        help="ask a running job for a profiling window now (and wait for it with --wait)",
+        description=(
+            "Write a capture request into RUN_ID's tag neuron_mlflow.capture.request; the job "
+            "reads it within its poll_s and takes the window. The start step is the furthest "
+            "rank's step (from its heartbeat) plus 2 x poll_s of steps, rounded up to a "
+            "multiple of --roundup, so every rank starts on it. Exit codes: 0 written (with "
+            "--wait: the window is in the run), 1 MLflow or the window failed, 2 bad usage "
+            "(unknown run), 3 refused by the job (the reason is printed), 4 --wait timed out."
+        ),
+    )
+    capture.add_argument("run_id", metavar="RUN_ID")
+    capture.add_argument("--steps", type=int, metavar="N", help="recorded steps (the job's "
+                         "schedule's active; at most its max_request_steps, 50)")
+    capture.add_argument("--warmup", type=int, metavar="W",
+                         help="warm-up steps before them (the schedule's warmup)")
+    capture.add_argument("--at-step", type=int, metavar="S", help="the step to start at")
+    capture.add_argument("--roundup", type=int, default=10, metavar="R",
+                         help="start on a multiple of R (10)")
+    capture.add_argument("--wait", action="store_true",
+                         help="wait until the window's metrics are in the run; print where")
+    capture.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                         help="with --wait: give up after S seconds (600; exit 4)")
+    capture.add_argument("--interval", type=float, default=0.5, metavar="S",
+                         help=argparse.SUPPRESS)  # fmt: skip
     ingest.add_argument("paths", nargs="+", metavar="PATH")
     target = ingest.add_mutually_exclusive_group()
     target.add_argument("--run-id", metavar="R", help="log into this run")

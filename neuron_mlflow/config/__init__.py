@@ -29,6 +29,7 @@ from pydantic_settings import (
 )
 
 from neuron_mlflow.config.params import applicable, flatten, parse_size
+from neuron_mlflow.config.triggers import SlowSteps
 from neuron_mlflow.config.validation import _StrictModel, _validate_readably
 from neuron_mlflow.errors import ConfigError
 
@@ -232,6 +233,22 @@ class ProfilerConfig(BaseSettings):
     upload_timeout_s: float = Field(
         60.0, ge=0, le=86400, description="wait for background uploads at exit (seconds)"
     )
+    poll_s: float = Field(
+        10.0, ge=0, le=3600,
+        description="how often a background thread reads capture requests and writes the "
+        "heartbeat (seconds); 0: off",
+    )  # fmt: skip
+    trigger: SlowSteps | None = Field(
+        None, description="take a window when steps slow down (SlowSteps); None: off"
+    )
+    capture_signal: str | None = Field(
+        "SIGUSR2",
+        description="signal that asks for a window (installed only where the job has no "
+        "handler of its own); None: off",
+    )
+    max_request_steps: int = Field(
+        50, ge=1, le=100_000, description="most steps a capture request may ask for (steps)"
+    )
 
     def __init__(self, **values: Any) -> None:
         _validate_readably(self, super().__init__, values)
@@ -242,6 +259,20 @@ class ProfilerConfig(BaseSettings):
         if any(part in {".", ".."} for part in value.split("/")):
             raise ValueError("path segments '.' and '..' are not allowed")
         return value
+
+    @field_validator("capture_signal")
+    @classmethod
+    def _signal_name(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        import signal
+
+        name = value.upper() if value.upper().startswith("SIG") else f"SIG{value.upper()}"
+        if not isinstance(getattr(signal, name, None), signal.Signals) or name in {
+            "SIGKILL", "SIGSTOP", "SIGTERM", "SIGINT",
+        }:  # fmt: skip
+            raise ValueError("expected a signal name such as 'SIGUSR2' or 'SIGUSR1' (or None)")
+        return name
 
     @field_validator("local_max_bytes", mode="before")
     @classmethod

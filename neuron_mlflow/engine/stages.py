@@ -33,6 +33,7 @@ from neuron_mlflow.errors import ConfigError
 from neuron_mlflow.schedule import Action, Window, action_at, next_window_start, window_at
 
 if TYPE_CHECKING:
+    from neuron_mlflow.engine.capture_requests import OnDemand
     from neuron_mlflow.engine.session import ProfilingSession
     from neuron_mlflow.summary.ops import OpSummary
 
@@ -89,6 +90,8 @@ class StageWindows:
         self.quiet_until = self._first_start(0)
         self.requests_pending = False
         """A window asked for outside the schedule is waiting or open (steps check it)."""
+        self.watch: OnDemand | None = None
+        """Capture requests and the slow-step trigger of this stage (set by the front end)."""
 
     def request_window(
         self, steps: int, warmup: int = 0, start: int | None = None, reason: str = "request"
@@ -129,6 +132,9 @@ class StageWindows:
         :meth:`end`), so that a window counts only what runs inside its steps.
         """
         self.open_step = step
+        watch = self.watch
+        if watch is not None and watch.hot:  # a capture request or the slow-step trigger
+            watch.tick(step)
         if step < self.quiet_until and not self.requests_pending:
             return
         if self.session is None:

@@ -34,6 +34,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.capture_requests import start_for_stage
 from neuron_mlflow.engine.guard import Guard
 from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
@@ -143,6 +144,7 @@ class NeuronProfilerCallback(Callback):
             system_metrics=False,
             capture_ranks=tuple(sorted(self.ranks)) if self.ranks is not None else None,
             rank_metrics=True,
+            on_demand=False,  # the stage's own watcher (setup) reads requests
         )
 
     # -- the guard ----------------------------------------------------------------------
@@ -172,6 +174,13 @@ class NeuronProfilerCallback(Callback):
         if self._run is None:
             payload = self._resolve_run(trainer) if trainer.is_global_zero else None
             self._run = trainer.strategy.broadcast(payload, src=0)
+        windows = self._windows[self.stages[0]]  # capture requests, slow-step trigger
+        if windows.watch is None:
+            uri, run_id = self._run or (None, None)
+            windows.watch = start_for_stage(
+                windows, rank=trainer.global_rank, world_size=trainer.world_size,
+                run_id=run_id, tracking_uri=uri,
+            )  # fmt: skip
         if self._system is None and self._run is not None and self._run[1] is not None:
             uri, run_id = self._run
             self._system = start_system_metrics(
@@ -194,6 +203,9 @@ class NeuronProfilerCallback(Callback):
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         for windows in self._windows.values():
             self._guard(windows.close)  # waits at most upload_timeout_s for the uploads
+            watch, windows.watch = windows.watch, None
+            if watch is not None:
+                self._guard(watch.close)  # its last poll answers the requests it took
         if self._system is not None:
             system, self._system = self._system, None
             system.stop()

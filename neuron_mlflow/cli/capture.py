@@ -1,0 +1,172 @@
+"""``neuron-mlflow capture RUN_ID``: ask a running job for a window, and wait for it.
+
+The request is the run tag ``neuron_mlflow.capture.request`` (JSON with a new request id);
+the job reads it within its ``poll_s`` (:mod:`neuron_mlflow.engine.capture_requests`). Unless
+``--at-step`` says otherwise, the start step is the furthest rank's current step (from the
+ranks' heartbeat tags) plus the steps of ``2 x poll_s``, rounded up to a multiple of
+``--roundup``: every rank reads the request before that step, so all start on it.
+
+Exit codes: 0 the request is written (with ``--wait``: every rank's window is in the run),
+1 MLflow failed or a window failed, 2 bad usage (unknown run, bad numbers), 3 refused by a
+rank (the reason is printed), 4 ``--wait`` timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import uuid
+from typing import Any
+
+from neuron_mlflow.engine.capture_requests import status_request_id
+from neuron_mlflow.naming import CAPTURE_REQUEST_TAG, capture_status_tag
+
+EXIT_DONE = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_TIMEOUT = 4
+
+HEARTBEAT_PREFIX = "neuron_mlflow.capture.heartbeat.rank."
+
+
+def heartbeats(tags: dict[str, str]) -> dict[int, dict[str, Any]]:
+    """Each rank's last heartbeat, read from the run's tags (unreadable ones left out).
+
+    Example:
+        >>> heartbeats({"neuron_mlflow.capture.heartbeat.rank.1": '{"step": 7}', "x": "y"})
+        {1: {'step': 7}}
+    """
+    beats: dict[int, dict[str, Any]] = {}
+    for key, value in tags.items():
+        if key.startswith(HEARTBEAT_PREFIX):
+            try:
+                beat = json.loads(value)
+                beats[int(key[len(HEARTBEAT_PREFIX) :])] = beat
+            except ValueError:
+                continue
+    return beats
+
+
+def start_step(beats: dict[int, dict[str, Any]], roundup: int, now: float) -> int | None:
+    """The step every rank can start on: the furthest rank's step now (extrapolated from its
+    heartbeat) plus ``2 x poll_s`` worth of steps, rounded up to a multiple of ``roundup``.
+
+    Example:
+        >>> start_step({0: {"step": 95, "steps_per_s": 2.0, "poll_s": 1.0, "time": 100.0}},
+        ...            10, now=100.0)
+        100
+    """
+    if not beats:
+        return None
+    steps_now = []
+    lead = 0.0
+    for beat in beats.values():
+        rate = float(beat.get("steps_per_s") or 0.0)
+        poll_s = float(beat.get("poll_s") or 0.0)
+        age = max(0.0, now - float(beat.get("time") or now))
+        steps_now.append(int(beat.get("step") or 0) + rate * age)
+        lead = max(lead, 2 * poll_s * rate)
+    target = max(steps_now) + lead
+    return int(math.ceil(target / roundup) * roundup)
+
+
+def run_capture(args: argparse.Namespace) -> int:
+    """The ``capture`` verb (see the module docstring)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    for name, low in (("steps", 1), ("warmup", 0), ("at_step", 0), ("roundup", 1)):
+        value = getattr(args, name)
+        if value is not None and value < low:
+            print(f"neuron-mlflow capture: --{name.replace('_', '-')}={value}: need >= {low}",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+    client = MlflowClient()
+    try:
+        run = client.get_run(args.run_id)
+    except MlflowException as exc:
+        print(f"neuron-mlflow capture: unknown run {args.run_id!r}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        print(f"neuron-mlflow capture: cannot reach MLflow: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    beats = heartbeats(run.data.tags)
+    at_step = args.at_step
+    if at_step is None:
+        at_step = start_step(beats, args.roundup, time.time())
+    request: dict[str, Any] = {"id": uuid.uuid4().hex[:12]}
+    for key, value in (("steps", args.steps), ("warmup", args.warmup), ("at_step", at_step)):
+        if value is not None:
+            request[key] = value
+    request_id = request["id"]
+    try:
+        client.set_tag(args.run_id, CAPTURE_REQUEST_TAG, json.dumps(request))
+    except Exception as exc:
+        print(f"neuron-mlflow capture: cannot write the request: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    where = f"from step {at_step}" if at_step is not None else "at the next step (no heartbeat)"
+    print(f"request {request_id}: {json.dumps(request)} -> run {args.run_id} ({where})")
+    if not args.wait:
+        return EXIT_DONE
+    return _wait(client, args, request_id, sorted(beats) or [0])
+
+
+def _wait(client: Any, args: argparse.Namespace, request_id: str, ranks: list[int]) -> int:
+    deadline = time.monotonic() + args.timeout
+    said: dict[int, str] = {}
+    while True:
+        try:
+            run = client.get_run(args.run_id)
+        except Exception as exc:  # a server that hiccups: try again until the deadline
+            run = None
+            print(f"  (MLflow: {type(exc).__name__}; trying again)", file=sys.stderr)
+        if run is not None:
+            tags = run.data.tags
+            answers = {}
+            for rank in ranks:
+                status = tags.get(capture_status_tag(rank), "")
+                if status_request_id(status) == request_id:
+                    answers[rank] = status
+                    if said.get(rank) != status:
+                        said[rank] = status
+                        print(f"rank {rank}: {status}")
+            refused = {r: s for r, s in answers.items() if s.startswith("refused")}
+            failed = {r: s for r, s in answers.items() if s.startswith("failed")}
+            if refused:
+                return EXIT_REFUSED
+            if failed:
+                return EXIT_FAILURE
+            done = {r: s for r, s in answers.items() if s.startswith("done")}
+            if len(done) == len(ranks):
+                _print_done(client, run, done)
+                return EXIT_DONE
+        if time.monotonic() >= deadline:
+            print(
+                f"neuron-mlflow capture: no answer from every rank within {args.timeout:g} s "
+                f"(ranks {ranks}); the request stays in the run",
+                file=sys.stderr,
+            )
+            return EXIT_TIMEOUT
+        time.sleep(args.interval)
+
+
+def _print_done(client: Any, run: Any, done: dict[int, str]) -> None:
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+
+    status = done[min(done)]
+    path = status.split("done: ", 1)[1].rsplit(" (request ", 1)[0]
+    artifact = path.split("/", 3)[3] if path.startswith("runs:/") else path
+    prefix = artifact.rsplit("/step_", 1)[0]
+    steps = run.data.metrics.get(f"{prefix}/steps")
+    shown = f" ({steps:g} steps)" if steps is not None else ""
+    print(f"window {artifact}{shown} in run {run.info.run_id}: {path}")
+    uri = current_tracking_uri()
+    if uri.startswith("http"):
+        print(
+            f"report: {uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+            f"/artifacts/{artifact}/report.html"
+        )

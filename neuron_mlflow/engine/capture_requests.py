@@ -1,0 +1,631 @@
+"""Windows on demand: capture requests read while the job runs, and slow steps that ask.
+
+A request says how many steps to record (``steps``, default the schedule's ``active``),
+``warmup`` steps before them (default the schedule's ``warmup``) and optionally the step to
+start at (``at_step``). It arrives four ways, with one meaning:
+
+- the run tag ``neuron_mlflow.capture.request`` (JSON; ``neuron-mlflow capture`` writes it,
+  a person can type it in the MLflow UI), read every ``poll_s`` by a background thread;
+- the file ``<local_dir>/capture`` (the same JSON, or empty for the defaults), read by the
+  same thread: for hosts without a tracking server;
+- a signal (``capture_signal``, ``SIGUSR2`` by default, installed only where the job has no
+  handler of its own): the handler only sets a flag;
+- :class:`~neuron_mlflow.engine.slow_steps.SlowStepDetector` (``ProfilerConfig.trigger``).
+
+The training thread only checks :attr:`OnDemand.hot` at each step begin (one attribute read
+when nothing is asked); it takes queued requests there (``request_window`` mutates session
+state) and answers each through the background thread: the run tag
+``neuron_mlflow.capture.status.rank.<r>`` and the file ``<local_dir>/capture.status.rank.<r>``
+(``accepted: ...``, ``waiting: ...``, ``done: <window> in run <id>``, ``refused: <reason>``,
+each ending with ``(request <id>)``). The same thread writes this rank's heartbeat (tag
+``neuron_mlflow.capture.heartbeat.rank.<r>``: step, steps per second, ``poll_s``) and the mean
+step time of each poll interval (metric ``system/step_time_s``, rank 0). A slow or unreachable
+server costs the training thread nothing: every MLflow call is on the background thread,
+behind a short cached reachability check.
+
+Example:
+    >>> parse_request('{"steps": 3, "id": "a1"}', "tag", max_steps=50)
+    CaptureRequest(id='a1', steps=3, warmup=None, at_step=None, source='tag')
+    >>> try:
+    ...     parse_request('{"steps": 500}', "tag", max_steps=50)
+    ... except BadRequest as err:
+    ...     print(err)
+    steps=500 is above max_request_steps=50
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import re
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.slow_steps import SlowStepDetector
+from neuron_mlflow.errors import WindowRequestRefused
+from neuron_mlflow.naming import (
+    CAPTURE_FILE,
+    CAPTURE_REQUEST_TAG,
+    STEP_TIME_METRIC,
+    capture_status_tag,
+    heartbeat_tag,
+    window_artifact_path,
+)
+from neuron_mlflow.schedule import Window
+
+log = logging.getLogger("neuron_mlflow")
+
+REQUEST_KEYS = ("id", "steps", "warmup", "at_step")
+"""The keys a request may hold (all optional)."""
+
+ROUNDUP = 10
+"""Without ``at_step``, a job of several ranks starts at a multiple of this (all ranks alike)."""
+
+_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+_STATUS_ID = re.compile(r"\(request ([A-Za-z0-9_.:\-]{1,64})\)\s*$")
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    """One request for a window (``None``: the default)."""
+
+    id: str
+    steps: int | None = None
+    warmup: int | None = None
+    at_step: int | None = None
+    source: str = "tag"
+
+
+class BadRequest(ValueError):
+    """A request that cannot be read; ``request_id`` answers it all the same."""
+
+    def __init__(self, message: str, request_id: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+def derived_id(source: str, text: str) -> str:
+    """The id of a request written without one: the source and a digest of its text.
+
+    Example:
+        >>> derived_id("tag", '{"steps": 3}')
+        'tag-3d15834e'
+    """
+    return f"{source}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+def _count(data: dict[str, Any], key: str, low: int, high: int | None, cap: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} is not a whole number")
+    if value < low:
+        raise ValueError(f"{key}={value} is below {low}")
+    if high is not None and value > high:
+        raise ValueError(f"{key}={value} is above {cap}={high}")
+    return value
+
+
+def parse_request(text: str, source: str, max_steps: int, id_salt: str = "") -> CaptureRequest:
+    """Read a request (JSON object, or empty text for the defaults).
+
+    Raises:
+        BadRequest: malformed JSON, not an object, unknown keys, a bad id, steps below 1 or
+            above ``max_steps``, warmup below 0 or above ``max_steps``, at_step below 0.
+    """
+    fallback = derived_id(source, text + id_salt)
+    stripped = text.strip()
+    if not stripped:
+        return CaptureRequest(fallback, source=source)
+    try:
+        data = json.loads(stripped)
+    except ValueError as exc:
+        raise BadRequest(f"malformed JSON ({exc}): {stripped[:80]!r}", fallback) from None
+    if not isinstance(data, dict):
+        raise BadRequest(f"expected a JSON object, got {stripped[:80]!r}", fallback)
+    raw_id = data.get("id")
+    request_id = raw_id if isinstance(raw_id, str) and _ID.match(raw_id) else fallback
+    unknown = sorted(set(data) - set(REQUEST_KEYS))
+    if unknown:
+        raise BadRequest(
+            f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(REQUEST_KEYS)}",
+            request_id,
+        )
+    if raw_id is not None and request_id != raw_id:
+        raise BadRequest(f"id={raw_id!r}: expected 1-64 letters, digits or _.:-", request_id)
+    try:
+        steps = _count(data, "steps", 1, max_steps, "max_request_steps")
+        warmup = _count(data, "warmup", 0, max_steps, "max_request_steps")
+        at_step = _count(data, "at_step", 0, None, "")
+    except ValueError as exc:
+        raise BadRequest(str(exc), request_id) from None
+    return CaptureRequest(request_id, steps, warmup, at_step, source)
+
+
+def status_request_id(status: str) -> str | None:
+    """The request id a status line answers.
+
+    Example:
+        >>> status_request_id("refused: step 3 is past (request 9f2c)")
+        '9f2c'
+    """
+    found = _STATUS_ID.search(status or "")
+    return found.group(1) if found else None
+
+
+# -- the signal ------------------------------------------------------------------------
+
+_signal_targets: list[OnDemand] = []
+_installed: dict[int, Any] = {}
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    for target in list(_signal_targets):
+        target.signalled = True
+        target.hot = True
+
+
+def _install_signal(name: str | None, target: OnDemand) -> bool:
+    """Route ``name`` to ``target`` when the job has no handler of its own (main thread)."""
+    if name is None or threading.current_thread() is not threading.main_thread():
+        return False
+    signum = getattr(signal, name)
+    with contextlib.suppress(ValueError, OSError):
+        current = signal.getsignal(signum)
+        if current is _on_signal or current in (signal.SIG_DFL, None):
+            if current is not _on_signal:
+                _installed[signum] = current
+                signal.signal(signum, _on_signal)
+            _signal_targets.append(target)
+            return True
+        log.info("neuron-mlflow: %s has a handler of the job's own; capture by signal is off", name)
+    return False
+
+
+def _uninstall_signal(target: OnDemand) -> None:
+    with contextlib.suppress(ValueError):
+        _signal_targets.remove(target)
+    if _signal_targets or threading.current_thread() is not threading.main_thread():
+        return
+    for signum, previous in list(_installed.items()):
+        with contextlib.suppress(ValueError, OSError, TypeError):
+            if signal.getsignal(signum) is _on_signal:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        _installed.pop(signum, None)
+
+
+# -- the per-rank watcher ----------------------------------------------------------------
+
+
+@dataclass
+class _Accepted:
+    request: CaptureRequest
+    window: Window
+    artifact_path: str
+
+
+class OnDemand:
+    """Requests and the slow-step trigger of one front end on one rank (see module doc).
+
+    Args:
+        config: ``poll_s``, ``trigger``, ``capture_signal``, ``max_request_steps``,
+            ``local_dir``, the schedule's ``warmup``/``active`` (the defaults of a request).
+        prefix: the metric prefix of the windows (``profile/train``).
+        rank, world_size: this process's place in the job.
+        request: asks the engine for a window (``request_window(steps, warmup, start,
+            reason)``); raises ``WindowRequestRefused``.
+        busy: True while a window is open.
+        current_step: the number of the next step (read by the background thread).
+        run: the run to poll (``None`` while unknown).
+        tracking_uri: the tracking server (``None``: what MLflow resolves).
+    """
+
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        prefix: str,
+        *,
+        rank: int,
+        world_size: int,
+        request: Callable[[int, int, int | None, str], Window],
+        busy: Callable[[], bool],
+        current_step: Callable[[], int],
+        run: Callable[[], str | None],
+        tracking_uri: str | None = None,
+    ) -> None:
+        self.config = config
+        self.prefix = prefix
+        self.rank = rank
+        self.world_size = world_size
+        self._request = request
+        self._busy = busy
+        self._current_step = current_step
+        self._run = run
+        self._tracking_uri = tracking_uri
+        self._local_dir = Path(config.local_dir).absolute()
+        self.detector = SlowStepDetector(config.trigger) if config.trigger is not None else None
+        self.hot = self.detector is not None
+        """Checked at each step begin: something waits for the training thread."""
+        self.signalled = False
+        self._inbox: deque[CaptureRequest] = deque()
+        self._outbox: deque[tuple[str, str]] = deque()  # (request id, status) for MLflow
+        self._file_out: deque[str] = deque()  # the same, for the status file
+        self._step_time: float | None = None
+        self._accepted: deque[_Accepted] = deque()
+        self._waiting_said: set[str] = set()
+        self._signal_count = 0
+        self._last_step: int | None = None
+        self._last_t = 0.0
+        self._last_busy = True
+        self._seen: set[str] = set()
+        self._seen_lock = threading.Lock()
+        self._tag_value: str | None = None
+        self._file_key: tuple[int, int] | None = None
+        self._started_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._first_poll = True
+        self._beat: tuple[int, float] | None = None
+        self.signal_installed = False
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def start(self) -> OnDemand:
+        """Install the signal handler (main thread) and start the background thread."""
+        self.signal_installed = _install_signal(self.config.capture_signal, self)
+        if self.config.poll_s > 0:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"neuron-mlflow-capture-{self.rank}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the background thread (after one last poll that writes the answers back)."""
+        _uninstall_signal(self)
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    # -- the training thread --------------------------------------------------------
+
+    def tick(self, step: int) -> None:
+        """Step ``step`` begins (called only while :attr:`hot`): time the step for the
+        trigger, take queued requests. Never raises."""
+        try:
+            detector = self.detector
+            if detector is not None:
+                now = time.perf_counter()
+                busy = self._busy()
+                if self._last_step == step - 1 and not busy and not self._last_busy:
+                    ratio = detector.add(step - 1, now - self._last_t)
+                    if ratio is not None:
+                        self._trigger(step, ratio)
+                        busy = self._busy()
+                self._last_step, self._last_t, self._last_busy = step, now, busy
+            if self.signalled:
+                self.signalled = False
+                self._signal_count += 1
+                name = self.config.capture_signal or "signal"
+                self._inbox.append(
+                    CaptureRequest(f"{name.lower()}-{self._signal_count}", source="signal")
+                )
+            if self._inbox:
+                self._take(step)
+            if detector is None:
+                self.hot = False
+                if self._inbox or self.signalled:
+                    self.hot = True
+        except Exception as exc:  # never an exception in the job
+            log.warning("neuron-mlflow: capture request handling failed: %s", exc)
+
+    def _trigger(self, step: int, ratio: float) -> None:
+        schedule = self.config.schedule
+        reason = f"slow steps: {ratio:.1f}x median"
+        try:
+            window = self._request(schedule.active, schedule.warmup, step, reason)
+        except WindowRequestRefused as exc:
+            assert self.detector is not None
+            self.detector.refused()
+            log.info("neuron-mlflow: %s, but no window: %s", reason, exc)
+            return
+        log.warning(
+            "neuron-mlflow: %s at step %d: profiling steps %d-%d", reason, step, window.first,
+            window.last,
+        )  # fmt: skip
+
+    def _answer(self, request_id: str, status: str) -> None:
+        line = f"{status} (request {request_id})"
+        self._outbox.append((request_id, line))
+        self._file_out.append(line)
+        if status.startswith("refused"):
+            log.warning("neuron-mlflow: capture request %s %s", request_id, status)
+
+    def _take(self, step: int) -> None:
+        while self._inbox:
+            request = self._inbox[0]
+            if self._busy():
+                if request.id not in self._waiting_said:
+                    self._waiting_said.add(request.id)
+                    self._answer(request.id, "waiting: a window is open; it starts after it")
+                return
+            self._inbox.popleft()
+            schedule = self.config.schedule
+            steps = schedule.active if request.steps is None else request.steps
+            warmup = schedule.warmup if request.warmup is None else request.warmup
+            start = request.at_step
+            if start is None:
+                start = step
+                if self.world_size > 1:  # every rank on the same multiple, no collective
+                    start = math.ceil((step + 1) / ROUNDUP) * ROUNDUP
+            try:
+                window = self._request(steps, warmup, start, f"request {request.id}")
+            except WindowRequestRefused as exc:
+                self._answer(request.id, f"refused: {exc}")
+                continue
+            path = window_artifact_path(self.prefix, window.first, window.last)
+            self._accepted.append(_Accepted(request, window, path))
+            self._answer(
+                request.id,
+                f"accepted: steps {window.first}-{window.last} (warm-up from step "
+                f"{window.start}) -> {path}",
+            )
+
+    # -- the background thread ------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.poll_s):
+            self.poll()
+        self.poll()  # the last answers (done) go out before the job ends
+
+    def poll(self) -> None:
+        """One round: read the file and the run's tag, write answers, heartbeat, step time."""
+        try:
+            self._read_file()
+            self._check_done()
+            self._talk_to_mlflow()
+        except Exception as exc:  # never an exception in the job
+            log.debug("neuron-mlflow: capture poll failed: %s", exc)
+
+    def _queue(self, request: CaptureRequest) -> None:
+        with self._seen_lock:
+            if request.id in self._seen:
+                return
+            self._seen.add(request.id)
+        self._inbox.append(request)
+        self.hot = True
+
+    def _refuse_bad(self, exc: BadRequest) -> None:
+        with self._seen_lock:
+            if exc.request_id in self._seen:
+                return
+            self._seen.add(exc.request_id)
+        self._answer(exc.request_id, f"refused: {exc}")
+
+    def _read_file(self) -> None:
+        path = self._local_dir / CAPTURE_FILE
+        try:
+            stat = path.stat()
+        except OSError:
+            return
+        key = (stat.st_mtime_ns, stat.st_size)
+        if key == self._file_key:
+            return
+        self._file_key = key
+        if stat.st_mtime_ns < self._started_ns:
+            log.info("neuron-mlflow: %s is older than this job: ignored", path)
+            return
+        try:
+            text = path.read_text("utf-8", errors="replace")
+            self._queue(
+                parse_request(text, "file", self.config.max_request_steps, str(stat.st_mtime_ns))
+            )
+        except BadRequest as exc:
+            self._refuse_bad(exc)
+        except OSError:
+            self._file_key = None
+
+    def _check_done(self) -> None:
+        from neuron_mlflow.sinks.spool import MANIFEST, WindowRecord
+
+        for accepted in list(self._accepted):
+            reason = f"request {accepted.request.id}"
+            for manifest_path in self._local_dir.glob(f"*/{accepted.artifact_path}/{MANIFEST}"):
+                try:
+                    record = WindowRecord.load(manifest_path.parent)
+                    manifest = record.manifest
+                except (OSError, ValueError):
+                    continue
+                if manifest.get("reason") != reason:
+                    continue
+                status = record.status
+                if status == "done" and manifest.get("run_id"):
+                    answer = f"done: {window_run_path(accepted.artifact_path, manifest['run_id'])}"
+                elif status == "incomplete":
+                    answer = f"failed: {manifest.get('error') or 'incomplete'}"
+                elif manifest.get("handled"):
+                    error = manifest.get("error")
+                    answer = (
+                        f"failed: {error}" if error and manifest.get("failed_step") != "upload"
+                        else f"done: {accepted.artifact_path} kept in {record.path} (not "
+                        "uploaded: `neuron-mlflow sync` sends it)"
+                    )  # fmt: skip
+                else:
+                    continue
+                self._accepted.remove(accepted)
+                self._answer(accepted.request.id, answer)
+                break
+
+    def _write_status_files(self) -> None:
+        statuses = []
+        while self._file_out:
+            statuses.append(self._file_out.popleft())
+        if not statuses:
+            return
+        path = self._local_dir / f"{CAPTURE_FILE}.status.rank.{self.rank}"
+        with contextlib.suppress(OSError):
+            self._local_dir.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as out:
+                out.write("".join(f"{s}\n" for s in statuses))
+
+    def _heartbeat(self) -> tuple[int, float]:
+        step, now = self._current_step(), time.time()
+        rate = 0.0
+        if self._beat is not None and now > self._beat[1]:
+            rate = max(0.0, (step - self._beat[0]) / (now - self._beat[1]))
+        previous, self._beat = self._beat, (step, now)
+        self._step_time = (
+            (now - previous[1]) / (step - previous[0])
+            if previous is not None and step > previous[0]
+            else None
+        )
+        return step, rate
+
+    def _talk_to_mlflow(self) -> None:
+        self._write_status_files()
+        step, rate = self._heartbeat()
+        run_id = self._run()
+        if run_id is None:
+            return
+        from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+        from neuron_mlflow.sinks.reachability import bounded_http, check_reachable
+
+        uri = self._tracking_uri or current_tracking_uri()
+        try:
+            check_reachable(uri)
+        except ConnectionError:
+            return  # the answers wait in the outbox until the server is back
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric, RunTag
+
+        if self._client is None:
+            self._client = MlflowClient(uri)
+        client = self._client
+        try:
+            with bounded_http():
+                tags = client.get_run(run_id).data.tags
+                if self._first_poll:  # a job resumed in its run: requests answered before
+                    self._first_poll = False
+                    answered = status_request_id(tags.get(capture_status_tag(self.rank), ""))
+                    if answered is not None and not self._outbox:
+                        with self._seen_lock:
+                            self._seen.add(answered)
+                value = tags.get(CAPTURE_REQUEST_TAG)
+                if value is not None and value != self._tag_value:
+                    self._tag_value = value
+                    try:
+                        self._queue(parse_request(value, "tag", self.config.max_request_steps))
+                    except BadRequest as exc:
+                        self._refuse_bad(exc)
+                        self._write_status_files()
+                statuses: list[tuple[str, str]] = []
+                while self._outbox:
+                    statuses.append(self._outbox.popleft())
+                beat = json.dumps(
+                    {"step": step, "steps_per_s": round(rate, 3), "poll_s": self.config.poll_s,
+                     "time": round(time.time(), 3)}
+                )  # fmt: skip
+                batch_tags = [RunTag(heartbeat_tag(self.rank), beat)]
+                if statuses:
+                    batch_tags.append(RunTag(capture_status_tag(self.rank), statuses[-1][1]))
+                metrics = []
+                if self.rank == 0 and self._step_time is not None:
+                    metrics.append(
+                        Metric(STEP_TIME_METRIC, self._step_time, int(time.time() * 1000), step)
+                    )
+                try:
+                    client.log_batch(run_id, metrics=metrics, tags=batch_tags)
+                except Exception:
+                    self._outbox.extendleft(reversed(statuses))  # sent at the next poll
+                    raise
+        except Exception as exc:
+            log.debug("neuron-mlflow: capture poll of run %s failed: %s", run_id, exc)
+
+
+def window_run_path(artifact_path: str, run_id: str) -> str:
+    """Where a window is: ``runs:/<run>/<artifact path>``.
+
+    Example:
+        >>> window_run_path("profile/step_000001-000003", "abc")
+        'runs:/abc/profile/step_000001-000003'
+    """
+    return f"runs:/{run_id}/{artifact_path}"
+
+
+def wanted(config: ProfilerConfig) -> bool:
+    """Does ``config`` ask for anything on demand (polling, a trigger or a signal)?
+
+    Example:
+        >>> wanted(ProfilerConfig(poll_s=0, capture_signal=None))
+        False
+    """
+    return config.poll_s > 0 or config.trigger is not None or config.capture_signal is not None
+
+
+def _last_run(session: Any) -> str | None:
+    """The run of the session's last window that has one (read from its record)."""
+    from neuron_mlflow.sinks.spool import WindowRecord
+
+    for handed in reversed(session._results.handed):
+        try:
+            run_id = WindowRecord.load(handed.path).manifest.get("run_id")
+        except (OSError, ValueError):
+            continue
+        if run_id:
+            return str(run_id)
+    return None
+
+
+def start_for_session(session: Any, active_run: str | None) -> OnDemand | None:
+    """The watcher of a :class:`~neuron_mlflow.engine.session.ProfilingSession` driven by the
+    decorator or a ``with`` block (its steps are the session's own), started."""
+    config = session.config
+    if not wanted(config):
+        return None
+    rank, world_size = session._rank()
+    target = session.target
+    return OnDemand(
+        config,
+        session.prefix,
+        rank=rank,
+        world_size=world_size,
+        request=session.request_window,
+        busy=lambda: session.window_open,
+        current_step=lambda: session.step_num,
+        run=lambda: target.known_run(active_run) or _last_run(session),
+        tracking_uri=target.tracking_uri,
+    ).start()
+
+
+def start_for_stage(
+    windows: Any, *, rank: int, world_size: int, run_id: str | None, tracking_uri: str | None
+) -> OnDemand | None:
+    """The watcher of a front end's stage (:class:`~neuron_mlflow.engine.stages.StageWindows`:
+    the Lightning callback's first stage), started; ``None`` when nothing is asked for."""
+    config = windows.config
+    if not wanted(config):
+        return None
+    return OnDemand(
+        config,
+        windows.prefix,
+        rank=rank,
+        world_size=world_size,
+        request=windows.request_window,
+        busy=lambda: windows.session is not None and windows.session.window_open,
+        current_step=lambda: windows.next_step,
+        run=lambda: run_id,
+        tracking_uri=tracking_uri,
+    ).start()
