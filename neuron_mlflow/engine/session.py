@@ -117,7 +117,8 @@ class Results:
             record = WindowRecord.load(handed.path)
         except (OSError, ValueError):
             return False  # being written (atomically replaced): read it again
-        if handed.summary is None and record.window.summarised:
+        manifest = record.manifest
+        if handed.summary is None and manifest.get("summarised"):
             try:
                 data = json.loads((record.artifacts_dir / "summary.json").read_text("utf-8"))
                 handed.summary = summary_from_dict(data["summary"])
@@ -221,10 +222,10 @@ class ProfilingSession:
         capture_ranks: the global ranks that capture (rank 0's worker logs the rank skew
             over them); default: every rank.
         rank_metrics: log this rank's own times as ``P/rank/<r>/...`` (always when there
+            are several ranks).
         on_demand: read capture requests and run the slow-step trigger for this session's
             steps (:mod:`neuron_mlflow.engine.capture_requests`; the Lightning callback runs
             its own per stage).
-            are several ranks).
 
     Raises:
         BackendUnavailableError: the configured backend cannot run here.
@@ -249,8 +250,8 @@ class ProfilingSession:
         job_id: str | None = None,
         system_metrics: bool = True,
         capture_ranks: tuple[int, ...] | None = None,
-        on_demand: bool = True,
         rank_metrics: bool = False,
+        on_demand: bool = True,
     ) -> None:
         self.config = config
         self.prefix = prefix or config.metric_prefix
@@ -285,10 +286,10 @@ class ProfilingSession:
                 self.backend.name,
                 lambda: self.target.known_run(active) or self._results.run_id,
                 tracking_uri,
+            )
         self._watch: OnDemand | None = None
         if on_demand:
             self._watch = self.guarded(start_for_session, self, self.target.active_run())
-            )
 
     def _next_after(self, step: int) -> int | None:
         scheduled = next_window_start_skipping(self.config.schedule, self.skip_windows, step)
@@ -401,10 +402,10 @@ class ProfilingSession:
         Args:
             call_name: marks the step's own work (a decorated call) so that only it is
                 summarised, not what runs between steps. Use it for every step or none.
+        """
         watch = self._watch
         if watch is not None and watch.hot:  # a capture request or the slow-step trigger
             watch.tick(self.step_num)
-        """
         if self._capture is None:
             if self.step_num != self._next_start:
                 return
@@ -491,10 +492,10 @@ class ProfilingSession:
                 f"goes on for as long after this process ends, then they stay in "
                 f"{self._spool.root}. Run `neuron-mlflow sync --local-dir {self._spool.root}` "
                 "to upload them"
+            )
         watch, self._watch = self._watch, None
         if watch is not None:  # after the wait: its last poll says which requests are done
             self.guarded(watch.close)
-            )
         self._results.close()
         _open_sessions.discard(self)
         if self._system is not None:
