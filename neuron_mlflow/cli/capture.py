@@ -159,7 +159,7 @@ def _print_done(client: Any, run: Any, done: dict[int, str]) -> None:
 
     status = done[min(done)]
     path = status.split("done: ", 1)[1].rsplit(" (request ", 1)[0]
-    artifact = path.split("/", 3)[3] if path.startswith("runs:/") else path
+    artifact = path.split("/", 2)[2] if path.startswith("runs:/") else path
     prefix = artifact.rsplit("/step_", 1)[0]
     steps = run.data.metrics.get(f"{prefix}/steps")
     shown = f" ({steps:g} steps)" if steps is not None else ""

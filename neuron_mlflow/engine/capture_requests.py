@@ -292,7 +292,7 @@ class OnDemand:
             self._thread.start()
         return self
 
-    def close(self, timeout_s: float = 2.0) -> None:
+    def close(self, timeout_s: float = 10.0) -> None:
         """Stop the background thread (after one last poll that writes the answers back)."""
         _uninstall_signal(self)
         self._stop.set()
