@@ -1,17 +1,22 @@
-"""Finishing a live window: spooled on the training thread, summarised by the worker process.
+"""A window from the profiler to the spool, and from the spool to its summary.
 
-When the profiler has stopped and the backend has written the window's trace, the session
-calls :func:`spool_live` (manifest and traces into the spool: a rename and a small file) and
-queues the window for the worker process (:mod:`neuron_mlflow.engine.worker`), which
-summarises it with :func:`summarise_window` (through
-:func:`~neuron_mlflow.engine.sync.summarise_spooled`, as ``sync`` does) and uploads it.
+Two halves of one window's life, on two sides of a process boundary:
+
+- :func:`spool_live`, on the training thread, once the profiler stopped and the backend
+  wrote its trace: the window's :class:`~neuron_mlflow.sinks.window_record.Window` record
+  (state ``spooled``) goes in with the traces and one rename puts it in place. That is all
+  the training thread does with a window.
+- :func:`summarise_window`, in the worker process (and in ``sync`` for a window whose
+  process ended first): reads the window's trace with the trace engine, runs the backend's
+  device analysis, writes metrics, summary files and ``report.html`` (state ``summarised``).
+  It takes the record and nothing else, so the same trace gives the same numbers wherever
+  it is summarised.
 
 Example:
     >>> import tempfile, time, torch
     >>> from neuron_mlflow.capture.backends import resolve_backend
     >>> from neuron_mlflow.capture.live import LiveWindow
     >>> from neuron_mlflow.config import ProfilerConfig, Schedule
-    >>> from neuron_mlflow.engine.sync import summarise_spooled
     >>> from neuron_mlflow.schedule import window_at
     >>> from neuron_mlflow.sinks.spool import Spool
     >>> cfg = ProfilerConfig(backend="cpu", schedule=Schedule(warmup=0, active=1))
@@ -22,38 +27,47 @@ Example:
     ...                   staging, staging / "artifacts" / "traces" / "rank_0")
     >>> live.start(); _ = torch.ones(4) * 2
     >>> live.record_step(0, time.perf_counter_ns()); live.step(); live.stop()
-    >>> job = FinishJob(live, "profile", spool, session_dir)
-    >>> spool_live(job)
-    >>> job.record.manifest["summarised"]
-    False
-    >>> summarise_spooled(job.record); job.record.release()
-    >>> job.record.manifest["metrics"]["profile/steps"]
-    1.0
+    >>> record = spool_live(LiveEnd(live, "profile", spool, session_dir))
+    >>> record.window.state.value
+    'spooled'
+    >>> summarise_window(record).steps, record.window.state.value
+    (1, 'summarised')
 """
 
 from __future__ import annotations
 
+import socket
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from neuron_mlflow.capture.backends import BACKENDS, Backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CapturedStats
-from neuron_mlflow.engine.environment import environment_tags
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.environment import TAG_PREFIX, environment_tags
 from neuron_mlflow.engine.guard import guarded
 from neuron_mlflow.engine.host_load import host_load_tags, sample_host_load
 from neuron_mlflow.engine.upload import RunTarget
-from neuron_mlflow.engine.window import WindowSpec, spool_window, write_summary
-from neuron_mlflow.errors import NeuronMlflowWarning
-from neuron_mlflow.naming import param_key, rank_metrics, reason_tag, window_artifact_path
+from neuron_mlflow.engine.window import WindowSpec, write_summary
+from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
+from neuron_mlflow.naming import (
+    param_key,
+    partial_tag,
+    rank_metrics,
+    reason_tag,
+    window_artifact_path,
+)
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary, build_summary
 
+DEVICE_TIME_SOURCE_TAG = f"{TAG_PREFIX}device_time_source"
+
 
 @dataclass
-class FinishJob:
-    """What the worker needs to finish one live window (decided on the training thread).
+class LiveEnd:
+    """What the training thread knows when a live window ends (its record is made of it).
 
     Attributes:
         capture: the stopped window (its trace is in ``capture.staging``).
@@ -64,14 +78,10 @@ class FinishJob:
         error: the user's exception, for an incomplete window.
         rank: this process's global rank; ``world_size`` how many there are.
         metric_step: the MLflow step of the window's metrics (default: its last step).
-        traces_only: upload only the traces (ranks other than 0).
-        upload: upload after spooling.
+        traces_only: a rank other than 0 (it logs its traces and its own rank metrics).
         target: which run; ``active_run`` the run active when the window ended.
-        record: the spooled window (set by :func:`spool_live`); ``spec`` what it is made of.
-        environment: the run tags of versions, host and rank (set by :func:`spool_live`).
         job_id: the job's id (decided once by rank 0), so that every rank's windows of an
             offline job sync into one run.
-        device_analysis: run the backend's analysis (off where it would read another host).
         rank_metrics: log this rank's own times (``P/rank/<r>/...``; always in a job of
             several ranks).
     """
@@ -87,101 +97,74 @@ class FinishJob:
     world_size: int = 1
     metric_step: int | None = None
     traces_only: bool = False
-    upload: bool = True
     target: RunTarget | None = None
     active_run: str | None = None
-    record: WindowRecord | None = None
-    spec: WindowSpec | None = None
-    environment: dict[str, str] = field(default_factory=dict)
     job_id: str | None = None
-    device_analysis: bool = True
     rank_metrics: bool = False
 
 
-def summarise_live(capture: LiveWindow, partial: bool) -> tuple[OpSummary, str | None]:
-    """The window's op summary, and which source gave its device time (a run tag)."""
-    stats = capture.stats or CapturedStats()
-    stats, device_time_source = capture.backend.refine_device_time(stats, capture.trace_dir)
-    capture.stats = stats  # with the backend's per-window state, for its device analysis
-    capture.device_busy_pct = stats.device_busy_pct
-    if stats.summary is not None:  # read from the window's own trace (the trace engine)
-        return stats.summary.with_partial(partial), device_time_source
-    summary = build_summary(
-        stats.cpu_ops,
-        top_level_calls=stats.top_level_calls,
-        steps=capture.recorded_steps,
-        wall_time_us=capture.wall_ns / 1000.0,
-        device_label=capture.backend.device_label,
-        device_rows=stats.device_rows,
-    ).with_partial(partial)
-    return summary, device_time_source
-
-
-def spool_live(job: FinishJob) -> None:
-    """On the training thread: put the stopped window into the spool (manifest + traces).
-
-    Sets ``job.record`` and ``job.spec``; the summary is added later by :func:`finish_window`.
-    """
-    capture, config = job.capture, job.capture.config
-    job.environment = environment_tags(capture.backend.describe(), job.rank, job.world_size)
+def spool_live(end: LiveEnd) -> WindowRecord:
+    """On the training thread: put the stopped window into the spool (record + traces), in
+    state ``spooled``; the record is claimed by this process (release it to hand it over)."""
+    capture, config = end.capture, end.capture.config
+    tags = environment_tags(capture.backend.describe(), end.rank, end.world_size)
     if capture.host_load is not None:  # what makes timings noisy on a shared host
-        job.environment.update(host_load_tags(capture.host_load, sample_host_load()))
-    tags = dict(job.environment)
-    window_path = window_artifact_path(job.prefix, capture.window.first, capture.last_recorded)
-    tags[reason_tag(window_path)] = capture.reason
-    errors = [*capture.errors, *([job.error] if job.error else [])]
+        tags.update(host_load_tags(capture.host_load, sample_host_load()))
+    artifact_path = window_artifact_path(end.prefix, capture.window.first, capture.last_recorded)
+    tags[reason_tag(artifact_path)] = capture.reason
+    if end.partial:
+        tags[partial_tag(artifact_path)] = "true"
+    errors = [*capture.errors, *([end.error] if end.error else [])]
     document = {
         "config": config.model_dump(mode="json"),
-        "environment": tags,
+        "environment": dict(tags),
         "errors": errors,
         "reason": capture.reason,
     }
-    job.spec = WindowSpec(
-        strict=config.strict,
-        run_id=(job.target or RunTarget()).known_run(job.active_run),
-        prefix=job.prefix,
-        index=capture.window.index,
-        first=capture.window.first,
-        last=capture.last_recorded,
-        summary=None,
-        partial=job.partial,
-        top_k=config.top_k,
+    target = end.target or RunTarget()
+    record = end.spool.create_window(
+        end.session_dir,
+        artifact_path,
+        status="incomplete" if end.status == "incomplete" else "pending",
+        staged=capture.staging,  # the traces are renamed into the window, not copied
+        claimed=True,
+        prefix=end.prefix,
+        backend=capture.backend.name,
+        trace_dir=capture.trace_dir.relative_to(capture.staging / "artifacts").as_posix(),
+        facts={
+            "index": capture.window.index,
+            "first": capture.window.first,
+            "last": capture.last_recorded,
+            "partial": end.partial,
+        },
+        steps=capture.recorded_steps,
+        wall_time_us=capture.wall_ns / 1000.0,
+        reason=capture.reason,
+        rank=end.rank,
+        world_size=end.world_size,
+        rank_metrics=end.rank_metrics,
+        traces_only=end.traces_only,
+        run_id=target.known_run(end.active_run),
+        tracking_uri=_tracking_uri(end.target),
+        experiment_id=_active_experiment_id(config.experiment_name),
+        experiment_name=config.experiment_name,
+        run_name=config.run_name,
+        job_id=end.job_id,  # every rank's windows of one job sync into one run
+        upload_traces=config.upload_traces,
+        metric_step=capture.last_recorded if end.metric_step is None else end.metric_step,
         params={
-            param_key(job.prefix, k): v
+            param_key(end.prefix, k): v
             for k, v in config.applicable_params(capture.backend.name).items()
         },
         tags=tags,
-        metric_step=job.metric_step,
-        staged=capture.staging,
         document=document,
-        status="incomplete" if job.status == "incomplete" else "pending",
         error="; ".join(errors) or None,
-        manifest={
-            "traces_only": job.traces_only,
-            "job_id": job.job_id,  # every rank's windows of one job sync into one run
-            "experiment_name": config.experiment_name,
-            "run_name": config.run_name,
-            "upload_traces": config.upload_traces,
-            "tracking_uri": _tracking_uri(job.target),
-            "run_id": (job.target or RunTarget()).known_run(job.active_run),
-            "experiment_id": _active_experiment_id(config.experiment_name),
-            "rank": job.rank,
-            "world_size": job.world_size,
-            "rank_metrics": job.rank_metrics,
-            "reason": capture.reason,  # schedule, request <id>, slow steps: 1.7x median
-            "steps": capture.recorded_steps,
-            "wall_time_us": capture.wall_ns / 1000.0,
-            # what `sync` needs to summarise the window when this process ends first
-            "prefix": job.prefix,
-            "document": document,
-            "backend": capture.backend.name,
-            "trace_dir": capture.trace_dir.relative_to(capture.staging / "artifacts").as_posix(),
-        },
+        summarised=False,
     )
-    job.record = spool_window(job.spool, job.session_dir, job.spec, claimed=True)
-    capture.trace_dir = job.record.artifacts_dir / capture.trace_dir.relative_to(
+    capture.trace_dir = record.artifacts_dir / capture.trace_dir.relative_to(
         capture.staging / "artifacts"
     )
+    return record
 
 
 def _tracking_uri(target: RunTarget | None) -> str | None:
@@ -209,47 +192,108 @@ def _active_experiment_id(experiment_name: str | None) -> str | None:
     return str(active) if active else None
 
 
-def summarise_window(job: FinishJob) -> OpSummary:
-    """Summarise the spooled window ``job.record`` from its trace and write its summary files
-    and metrics (:func:`~neuron_mlflow.engine.window.write_summary`); the live worker and
-    ``sync`` (for a window spooled by a process that ended before this ran) both call it."""
-    assert job.spec is not None and job.record is not None
-    summary, device_time_source = summarise_live(job.capture, job.partial)
-    job.spec.device_busy_pct = job.capture.device_busy_pct
-    if device_time_source is not None:
-        job.spec.tags["neuron_mlflow.device_time_source"] = device_time_source
-        job.record.manifest["tags"]["neuron_mlflow.device_time_source"] = device_time_source
-    summary = _device_analysis(job, summary)
-    job.spec.summary = summary
-    if job.world_size > 1 or job.rank_metrics:  # each rank logs its own: no collective
-        job.spec.rank_metrics = rank_metrics(job.prefix, job.rank, summary)
-    write_summary(job.record, job.spec)
+def summarise_window(record: WindowRecord) -> OpSummary:
+    """Summarise a spooled window from its own trace: metrics into its record (state
+    ``summarised``, or ``incomplete``), and ``summary.md``, ``ops.csv``, ``summary.json``,
+    ``steps.jsonl``, ``report.html``, ``config.json`` next to its traces.
+
+    The worker process calls it for every live window, and ``sync`` for a window whose
+    process ended before its worker got to it.
+
+    Raises:
+        NeuronMlflowError: the record lacks what the summary needs (an older release).
+        TraceFormatError: the window's trace is truncated or malformed.
+    """
+    window = record.window
+    needed = ("prefix", "backend", "trace_dir", "facts")
+    missing = [name for name in needed if getattr(window, name) is None]
+    missing += [] if window.document.get("config") else ["document.config"]
+    if missing or window.prefix is None or window.facts is None or window.backend is None:
+        raise NeuronMlflowError(
+            f"the window at {record.path} was never summarised and its manifest lacks "
+            f"{', '.join(missing)}; summarise its trace with `neuron-mlflow ingest`"
+        )
+    config = ProfilerConfig.model_validate(window.document["config"])
+    backend = BACKENDS[window.backend](config)  # summarising needs no device
+    backend.restore(
+        {k.removeprefix(TAG_PREFIX): v for k, v in window.tags.items() if k.startswith(TAG_PREFIX)}
+    )
+    trace_dir = record.artifacts_dir / Path(window.trace_dir or "")
+    stats, source = backend.refine_device_time(CapturedStats(), trace_dir)
+    summary = stats.summary
+    if summary is None:  # no trace to read: the window's own step count and wall time
+        summary = build_summary(
+            stats.cpu_ops,
+            top_level_calls=stats.top_level_calls,
+            steps=window.steps,
+            wall_time_us=window.wall_time_us,
+            device_label=backend.device_label,
+            device_rows=stats.device_rows,
+        )
+    facts = window.facts
+    summary = summary.with_partial(facts.partial)
+    spec = WindowSpec(
+        strict=config.strict,
+        run_id=window.run_id,
+        prefix=window.prefix,
+        index=facts.index,
+        first=facts.first,
+        last=facts.last,
+        summary=summary,
+        partial=facts.partial,
+        top_k=config.top_k,
+        device_busy_pct=stats.device_busy_pct,
+        params=window.params,
+        tags=window.tags,
+        metric_step=window.metric_step,
+        document=window.document,
+        status="incomplete" if window.status == "incomplete" else "pending",
+        error=window.error,
+        traces_only=window.traces_only,
+    )
+    if source is not None:
+        window.tags[DEVICE_TIME_SOURCE_TAG] = source
+    here, there = socket.gethostname(), window.tags.get(f"{TAG_PREFIX}host")
+    if there in (None, here):  # Explorer, the chip's peak and core count: this host's
+        spec.summary = summary = _device_analysis(backend, spec, trace_dir, record, stats)
+    elif backend.name == "neuron":
+        window.document.setdefault("errors", []).append(
+            f"device analysis (Explorer summary, MFU, verdict) skipped: summarised by sync on "
+            f"{here}, not on the training host {there}, whose chip, cores and tools it reads"
+        )
+    if window.world_size > 1 or window.rank_metrics:  # each rank logs its own: no collective
+        spec.rank_metrics = rank_metrics(window.prefix, window.rank, summary)
+    write_summary(record, spec)
     return summary
 
 
-def _device_analysis(job: FinishJob, summary: OpSummary) -> OpSummary:
+def _device_analysis(
+    backend: Backend,
+    spec: WindowSpec,
+    trace_dir: Path,
+    record: WindowRecord,
+    stats: CapturedStats,
+) -> OpSummary:
     """A backend's analysis after the window (Neuron: Explorer's summary, MFU, the verdict,
     the busy share): its metrics, tags and files join the window; a failure never fails it."""
-    assert job.spec is not None and job.record is not None
-    if not job.device_analysis:
-        return summary
+    assert spec.summary is not None
+    summary = spec.summary
     found = guarded(
-        job.capture.config.strict,
-        job.capture.backend.analyze_window,
-        job.prefix,
+        spec.strict,
+        backend.analyze_window,
+        spec.prefix,
         summary,
-        job.capture.trace_dir,
-        job.record.artifacts_dir,
-        job.capture.stats or CapturedStats(),
+        trace_dir,
+        record.artifacts_dir,
+        stats,
     )
     if found is None:
         return summary
     if found.device_busy_pct is not None:
-        job.spec.device_busy_pct = found.device_busy_pct
-    job.spec.extra_metrics.update(found.metrics)
-    job.spec.tags.update(found.tags)
-    job.record.manifest["tags"].update(found.tags)
+        spec.device_busy_pct = found.device_busy_pct
+    spec.extra_metrics.update(found.metrics)
+    spec.tags.update(found.tags)
     for error in found.errors:
-        job.spec.document.setdefault("errors", []).append(error)
+        spec.document.setdefault("errors", []).append(error)
         warnings.warn(f"neuron-mlflow: {error}", NeuronMlflowWarning, stacklevel=2)
     return found.summary

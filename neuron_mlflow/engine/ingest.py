@@ -180,7 +180,7 @@ def ingest(
                 f"{reachable}; the window is kept at {record.path} (pending): "
                 "`neuron-mlflow sync` uploads it later"
             ) from reachable
-        tags = record.manifest["tags"]
+        tags = record.window.tags
         target = run_id or sink.create_run(experiment, run_name="ingest", tags=tags)
         sink.upload(record, target)
     finally:

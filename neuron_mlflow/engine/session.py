@@ -43,7 +43,7 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.capture_requests import OnDemand, start_for_session
 from neuron_mlflow.engine.environment import rank_and_world_size
-from neuron_mlflow.engine.finish import FinishJob, spool_live
+from neuron_mlflow.engine.finish import LiveEnd, spool_live
 from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
@@ -117,15 +117,14 @@ class Results:
             record = WindowRecord.load(handed.path)
         except (OSError, ValueError):
             return False  # being written (atomically replaced): read it again
-        manifest = record.manifest
-        if handed.summary is None and manifest.get("summarised"):
+        if handed.summary is None and record.window.summarised:
             try:
                 data = json.loads((record.artifacts_dir / "summary.json").read_text("utf-8"))
                 handed.summary = summary_from_dict(data["summary"])
                 handed.record = record
             except (OSError, ValueError, KeyError):
                 return False
-        if manifest.get("handled"):
+        if record.window.handled:
             handed.record = record
             handed.finished = True
             return True
@@ -156,8 +155,7 @@ class Results:
         if not handed.finished or handed.reported or record is None:
             return
         handed.reported = True
-        error = record.manifest.get("error")
-        step = record.manifest.get("failed_step")
+        error, step = record.window.error, record.window.failed_step
         if not error or step is None:
             return
         if strict:
@@ -192,7 +190,7 @@ class Results:
         """The run the last uploaded window went to."""
         for handed in reversed(self.handed):
             if handed.record is not None and handed.record.status == "done":
-                run = handed.record.manifest.get("run_id")
+                run = handed.record.window.run_id
                 if run:
                     return str(run)
         return None
@@ -595,7 +593,8 @@ class ProfilingSession:
             return None
         assert self._session_dir is not None
         rank, world_size = self._rank()
-        job = FinishJob(
+        upload = self.upload_enabled and status != "incomplete"
+        end = LiveEnd(
             capture=capture,
             prefix=self.prefix,
             spool=self._spool,
@@ -608,23 +607,21 @@ class ProfilingSession:
             metric_step=None if self._metric_step is None else self._metric_step(),
             traces_only=self._traces_only,
             job_id=self.job_id,
-            upload=self.upload_enabled and status != "incomplete",
             target=self.target,
             active_run=self.target.active_run(),
             rank_metrics=self._rank_metrics,
         )
-        self.guarded(spool_live, job)  # the window is in the spool before the step returns
-        record = job.record
+        record = self.guarded(spool_live, end)  # in the spool before the step returns
         if record is None:
             return None
         record.release()  # the worker process claims it
         skew = None
-        if rank == 0 and world_size > 1 and job.upload:
+        if rank == 0 and world_size > 1 and upload:
             ranks = self._capture_ranks or tuple(range(world_size))
-            skew = SkewRequest(self.prefix, int(record.manifest["metric_step"]), tuple(ranks))
+            skew = SkewRequest(self.prefix, record.window.metric_step, tuple(ranks))
         handed = Job(
             window=record.path.relative_to(self._spool.root.absolute()).as_posix(),
-            upload=job.upload,
+            upload=upload,
             upload_timeout_s=self.config.upload_timeout_s,
             skew=skew,
         )

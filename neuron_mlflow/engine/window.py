@@ -118,10 +118,8 @@ def spool_window(
 ) -> WindowRecord:
     """Write the window's folder and manifest and move its staged files (traces) into it.
 
-    Cheap (a manifest and a rename): the step that ends a live window does this, so the
-    window is in the spool before anything slow runs. Until :func:`write_summary` has run
-    the manifest says ``"summarised": false`` and holds no metrics (``sync`` summarises
-    such a window from its traces first).
+    Cheap (a record and a rename). Until :func:`write_summary` has run the window is in
+    state ``spooled`` and holds no metrics (``sync`` summarises such a window first).
     """
     artifact_path = spec.artifact_path
     tags = dict(spec.tags)
@@ -140,7 +138,7 @@ def spool_window(
         summarised=False,
         staged=spec.staged,  # the traces are renamed into the window, not copied
         claimed=claimed,  # held by this process until its worker is done with the window
-        **spec.manifest,
+        **{"prefix": spec.prefix, **spec.manifest},
     )
     return record
 
@@ -167,7 +165,7 @@ def write_summary(record: WindowRecord, spec: WindowSpec) -> WindowRecord:
     guarded(spec.strict, write_window_report, *report)
     metrics = {} if spec.traces_only else window_metrics_of(spec)
     metrics.update(spec.rank_metrics)
-    record.update(metrics=metrics, summarised=True, status=spec.status)
+    record.summarised(metrics, incomplete=spec.status == "incomplete")
     return record
 
 

@@ -302,11 +302,11 @@ class Worker:
 def process_job(worker: Worker, job: Job) -> None:
     """Summarise and (unless told not to) upload one window; never raises.
 
-    The outcome is written into the window's manifest: ``summarised``, ``status`` (``done``
-    once uploaded), ``error`` and ``handled`` (the worker is finished with it), which the
-    training process reads (``prof.summary``, ``prof.run_id``).
+    The outcome is written into the window's record: its state (``summarised``,
+    ``uploaded``, ``failed``), ``error`` and ``handled`` (the worker is finished with it),
+    which the training process reads (``prof.summary``, ``prof.run_id``).
     """
-    from neuron_mlflow.engine.sync import summarise_spooled
+    from neuron_mlflow.engine.finish import summarise_window
     from neuron_mlflow.sinks.claims import claim
 
     path = worker.root / job.window
@@ -320,30 +320,32 @@ def process_job(worker: Worker, job: Job) -> None:
         return  # a `neuron-mlflow sync` holds it: it finishes the window
     try:
         record.reload()
-        if record.manifest.get("summarised") is False:
+        if not record.window.summarised:
             try:
-                summarise_spooled(record)
+                summarise_window(record)
             except Exception as exc:
                 message = (
                     f"could not write the window's summary ({type(exc).__name__}: {exc}); "
                     f"its raw capture is kept at {record.path}"
                 )
                 log.warning("neuron-mlflow: %s", message)
-                record.update(error=message, handled=True, failed_step="summary")
+                record.failed(message)
+                record.handled()
                 return
         if job.upload and record.status == "pending":
             run_id = _upload(worker, record)
             if run_id is not None and job.skew is not None:
                 worker._followups.append(
-                    _Pending(job.skew, run_id, str(record.manifest.get("tracking_uri")),
+                    _Pending(job.skew, run_id, str(record.window.tracking_uri),
                              time.monotonic() + SKEW_WAIT_S)
                 )  # fmt: skip
-        record.update(handled=True)
-        _cleanup(record)
+        _cleanup(record)  # before `handled`: a session that read it sees the spool as left
+        record.handled()
     except Exception as exc:  # never let one window stop the worker
         log.exception("neuron-mlflow worker: window %s failed", path)
         with contextlib.suppress(Exception):
-            record.update(error=f"{type(exc).__name__}: {exc}", handled=True)
+            record.update(error=f"{type(exc).__name__}: {exc}")
+            record.handled()
     finally:
         record.release()
 
@@ -355,7 +357,7 @@ def _cleanup(record: WindowRecord) -> None:
 
     if record.status != "done":
         return  # nothing that was not uploaded is ever removed
-    config = (record.manifest.get("document") or {}).get("config") or {}
+    config = record.window.document.get("config") or {}
     cleanup_after_upload(
         record.path, bool(config.get("keep_local", False)), config.get("local_max_bytes")
     )
@@ -365,27 +367,25 @@ def _upload(worker: Worker, record: WindowRecord) -> str | None:
     """Upload one summarised window into its run; the error goes into its manifest."""
     from neuron_mlflow.sinks.mlflow_sink import MlflowSink
     from neuron_mlflow.sinks.pending import group_key, target_run
-    manifest = record.manifest
     sink = None
     try:
-        sink = MlflowSink(manifest.get("tracking_uri"))
-        if manifest.get("tracking_uri") != sink.tracking_uri:
+        sink = MlflowSink(record.window.tracking_uri)
+        if record.window.tracking_uri != sink.tracking_uri:
             record.update(tracking_uri=sink.tracking_uri)
         sink.check_reachable()
         key = f"{sink.tracking_uri}|{group_key(record)}"
-        run_id = manifest.get("run_id") or worker._runs.get(key)
+        run_id = record.window.run_id or worker._runs.get(key)
         if run_id is None:
             run_id = worker._runs[key] = target_run(sink, group_key(record), [record])
         sink.upload(record, run_id)
         return str(run_id)
     except Exception as exc:
         uri = sink.tracking_uri if sink is not None else "the tracking server"
-        record.update(
-            error=f"could not log the profiling window to MLflow at {uri} "
-            f"({type(exc).__name__}: {str(exc)[:300]})",
-            failed_step="upload",
+        record.upload_failed(
+            f"could not log the profiling window to MLflow at {uri} "
+            f"({type(exc).__name__}: {str(exc)[:300]})"
         )
-        log.warning("neuron-mlflow: %s; it is kept at %s (pending)", manifest["error"], record.path)
+        log.warning("neuron-mlflow: %s; kept at %s (pending)", record.window.error, record.path)
         return None
 
 

@@ -1,6 +1,7 @@
 """Exactly-once delivery of one spooled window: metrics, then params and tags, then artifacts.
 
-Progress is kept in the window's manifest under ``progress``:
+Progress is kept in the window's record under ``progress``
+(:class:`~neuron_mlflow.sinks.window_record.UploadProgress`):
 
 - ``metric_chunks``: indexes of the ``log_batch`` chunks (at most 1000 metrics, keys sorted)
   the server confirmed; ``sending``: the chunk in flight. A chunk found ``sending`` after a
@@ -23,13 +24,13 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.sinks.spool import WindowRecord
+from neuron_mlflow.sinks.window_record import Window
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -54,36 +55,11 @@ def metric_chunks(metrics: dict[str, float], size: int = METRICS_PER_CALL) -> li
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def captured_ms(manifest: dict[str, Any]) -> int:
-    """The window's capture time in ms since the epoch (its ``created`` stamp when older)."""
-    stamp = manifest.get("captured_ms")
-    if isinstance(stamp, int | float):
-        return int(stamp)
-    created = manifest.get("created")
-    if isinstance(created, str):
-        import calendar
-
-        try:
-            return calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")) * 1000
-        except ValueError:
-            pass
-    return int(time.time() * 1000)
-
-
-def window_prefix(manifest: dict[str, Any]) -> str:
+def window_prefix(window: Window) -> str:
     """The metric prefix ``P`` of a window (``P/step_<first>-<last>``)."""
-    prefix = manifest.get("prefix")
-    if isinstance(prefix, str) and prefix:
-        return prefix
-    return str(manifest["artifact_path"]).rsplit("/", 1)[0]
-
-
-def _progress(record: WindowRecord) -> dict[str, Any]:
-    progress = record.manifest.setdefault("progress", {})
-    progress.setdefault("metric_chunks", [])
-    progress.setdefault("sending", None)
-    progress.setdefault("artifact_files", [])
-    return progress
+    if window.prefix:
+        return window.prefix
+    return window.artifact_path.rsplit("/", 1)[0]
 
 
 def _landed(client: MlflowClient, run_id: str, chunk: list[Any], step: int, ts: int) -> bool:
@@ -98,28 +74,28 @@ def send_metrics(client: MlflowClient, record: WindowRecord, run_id: str) -> int
 
     if record.is_uploaded("metrics"):
         return 0
-    progress = _progress(record)
-    step = int(record.manifest.get("metric_step", 0))
-    ts = captured_ms(record.manifest)
+    progress = record.window.progress
+    step = record.window.metric_step
+    ts = record.window.captured_ms
     requests = 0
-    for index, chunk in enumerate(metric_chunks(record.manifest.get("metrics", {}))):
-        if index in progress["metric_chunks"]:
+    for index, chunk in enumerate(metric_chunks(record.window.metrics)):
+        if index in progress.metric_chunks:
             continue
-        if progress["sending"] == index:
+        if progress.sending == index:
             requests += 1
             if _landed(client, run_id, chunk, step, ts):
-                progress["metric_chunks"].append(index)
-                progress["sending"] = None
+                progress.metric_chunks.append(index)
+                progress.sending = None
                 record.save()
                 continue
-        progress["sending"] = index
+        progress.sending = index
         record.save()
         client.log_batch(
             run_id, metrics=[Metric(k, v, ts, step) for k, v in chunk], synchronous=True
         )
         requests += 1
-        progress["metric_chunks"].append(index)
-        progress["sending"] = None
+        progress.metric_chunks.append(index)
+        progress.sending = None
         record.save()
     record.mark_uploaded("metrics")
     return requests
@@ -138,11 +114,11 @@ def send_params_and_tags(
 
     requests = 0
     if not record.is_uploaded("params"):
-        params = {k: str(v) for k, v in record.manifest.get("params", {}).items()}
+        params = {k: str(v) for k, v in record.window.params.items()}
         if any(run.params.get(k, v) != v for k, v in params.items()):
-            tag = f"{CONFIG_CHANGED_TAG}/{window_prefix(record.manifest)}"
+            tag = f"{CONFIG_CHANGED_TAG}/{window_prefix(record.window)}"
             if tag not in run.tags:
-                record.manifest.setdefault("tags", {})[tag] = record.artifact_path
+                record.window.tags[tag] = record.artifact_path
         else:  # the first window of the prefix (or the rest of a batch cut short)
             batch = [Param(k, v) for k, v in sorted(params.items()) if k not in run.params]
             for start in range(0, len(batch), PARAMS_PER_CALL):
@@ -153,7 +129,7 @@ def send_params_and_tags(
             run.params.update(params)
         record.mark_uploaded("params")  # saves the config_changed tag with it
     if not record.is_uploaded("tags"):
-        tags = {k: str(v) for k, v in record.manifest.get("tags", {}).items()}
+        tags = {k: str(v) for k, v in record.window.tags.items()}
         batch_tags = [RunTag(k, v) for k, v in sorted(tags.items())]
         for start in range(0, len(batch_tags), TAGS_PER_CALL):
             client.log_batch(
@@ -173,8 +149,8 @@ def artifact_files(record: WindowRecord) -> Iterator[Path]:
     root = record.artifacts_dir
     if not root.is_dir():
         return
-    traces_only = bool(record.manifest.get("traces_only"))
-    with_traces = bool(record.manifest.get("upload_traces", True))
+    traces_only = record.window.traces_only
+    with_traces = record.window.upload_traces
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root)
         in_traces = rel.parts[0] == "traces"
@@ -187,8 +163,8 @@ def send_artifacts(client: MlflowClient, record: WindowRecord, run_id: str) -> i
     """Upload the files not yet confirmed, one ``log_artifact`` each. Returns requests made."""
     if record.is_uploaded("artifacts"):
         return 0
-    progress = _progress(record)
-    done = set(progress["artifact_files"])
+    progress = record.window.progress
+    done = set(progress.artifact_files)
     requests = 0
     for rel in artifact_files(record):
         name = rel.as_posix()
@@ -197,7 +173,7 @@ def send_artifacts(client: MlflowClient, record: WindowRecord, run_id: str) -> i
         folder = "/".join([record.artifact_path, *rel.parts[:-1]])
         client.log_artifact(run_id, str(record.artifacts_dir / rel), folder)
         requests += 1
-        progress["artifact_files"].append(name)
+        progress.artifact_files.append(name)
         record.save()
     record.mark_uploaded("artifacts")
     return requests

@@ -114,9 +114,16 @@ class MlflowSink:
         experiment_name: str | None = None,
         run_name: str | None = None,
         tags: dict[str, str] | None = None,
+        experiment_id: str | None = None,
     ) -> str:
-        """Create a run (finished at once; later windows may still log into it)."""
-        experiment_id = self.experiment_id(experiment_name)
+        """Create a run (finished at once; later windows may still log into it) in
+        ``experiment_name``, else ``experiment_id`` (the one the training process set), else
+        MLflow's default."""
+        experiment_id = (
+            experiment_id
+            if experiment_id and not experiment_name
+            else self.experiment_id(experiment_name)
+        )
         with reachability.bounded_http():
             run = self.client.create_run(experiment_id, run_name=run_name, tags=tags or {})
             self.client.set_terminated(run.info.run_id)
@@ -129,20 +136,24 @@ class MlflowSink:
         experiment_name: str | None = None,
         run_name: str | None = None,
         tags: dict[str, str] | None = None,
+        experiment_id: str | None = None,
     ) -> str:
         """The run created for ``job_id`` (tag :data:`JOB_TAG`), created now if there is none.
 
         Every rank's windows of one offline job, and a sync started again after a crash, find
         the same run.
         """
-        experiment_id = self.experiment_id(experiment_name)
+        if not (experiment_id and not experiment_name):
+            experiment_id = self.experiment_id(experiment_name)
         with reachability.bounded_http():
             found = self.client.search_runs(
                 [experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{job_id}'", max_results=1
             )
         if found:
             return found[0].info.run_id
-        return self.create_run(experiment_name, run_name, tags={**(tags or {}), JOB_TAG: job_id})
+        return self.create_run(
+            experiment_name, run_name, {**(tags or {}), JOB_TAG: job_id}, experiment_id
+        )
 
     def run_exists(self, run_id: str) -> bool:
         """True when ``run_id`` exists on this server and is not deleted."""
@@ -173,16 +184,14 @@ class MlflowSink:
             mlflow.exceptions.MlflowException: MLflow refused a call (the record stays pending).
             Exception: the server could not be reached (the record stays pending).
         """
-        manifest = record.manifest
-        if manifest.get("run_id") != run_id:
+        if record.window.run_id != run_id:
             record.update(run_id=run_id)
-        if manifest.get("traces_only"):  # its own rank metrics only; rank 0 logs the rest
-            for part in ("tags", "params"):
-                manifest["uploaded"][part] = True
+        if record.window.traces_only:  # its own rank metrics only; rank 0 logs the rest
+            record.window.uploaded.tags = record.window.uploaded.params = True
         with reachability.bounded_http():
             self.requests += delivery.send_metrics(self.client, record, run_id)
             if not (record.is_uploaded("params") and record.is_uploaded("tags")):
                 run = self._run_state(run_id)
                 self.requests += delivery.send_params_and_tags(self.client, record, run_id, run)
             self.requests += delivery.send_artifacts(self.client, record, run_id)
-        record.update(status="done", error=None)
+        record.uploaded()

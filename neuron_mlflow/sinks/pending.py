@@ -58,12 +58,12 @@ class SyncReport:
 
 def group_key(record: WindowRecord) -> str:
     """Windows of one group go into one run: the job, else the original run, else the session."""
-    manifest = record.manifest
-    if manifest.get("job_id"):
-        return f"job:{manifest['job_id']}"
-    if manifest.get("run_id"):
-        return f"run:{manifest['run_id']}"
-    return f"session:{manifest.get('session')}"
+    window = record.window
+    if window.job_id:
+        return f"job:{window.job_id}"
+    if window.run_id:
+        return f"run:{window.run_id}"
+    return f"session:{window.session}"
 
 
 def target_run(sink: MlflowSink, key: str, records: list[WindowRecord]) -> str:
@@ -73,25 +73,26 @@ def target_run(sink: MlflowSink, key: str, records: list[WindowRecord]) -> str:
     every manifest before the run is created, so a later sync (after a crash, or for windows
     a running job still held) finds the same run.
     """
-    first = records[0].manifest
-    original = next((r.manifest["run_id"] for r in records if r.manifest.get("run_id")), None)
+    first = records[0].window
+    original = next((r.window.run_id for r in records if r.window.run_id), None)
     if original and sink.run_exists(original):
         return str(original)
-    job_id = first.get("job_id")
+    job_id = first.job_id
     if not job_id:
         # from the group (its original run, else its session): the windows a running job
         # still held this time find the same run at a later sync
         job_id = f"sync-{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}"
         for record in records:
             record.update(job_id=job_id)
-    owners = [r for r in records if not r.manifest.get("traces_only")] or records
-    tags: dict[str, str] = dict(owners[0].manifest.get("tags") or {})
+    owners = [r for r in records if not r.window.traces_only] or records
+    tags: dict[str, str] = dict(owners[0].window.tags)
     run_id = sink.job_run(
-        str(job_id), first.get("experiment_name"), first.get("run_name"), tags=tags
-    )
+        str(job_id), first.experiment_name, first.run_name, tags=tags,
+        experiment_id=first.experiment_id,
+    )  # fmt: skip
     for record in records:
-        if record.manifest.get("run_id") not in (None, run_id):
-            record.update(original_run_id=record.manifest["run_id"])
+        if record.window.run_id not in (None, run_id):
+            record.update(original_run_id=record.window.run_id)
     return run_id
 
 
@@ -135,6 +136,7 @@ def upload_pending(
             groups.setdefault(group_key(record), []).append(record)
         else:
             report.skipped.append(str(record.path))
+    report.failed.extend((str(path.parent), reason) for path, reason in spool.invalid)
     if not groups:
         return report
     sink = MlflowSink(tracking_uri)
@@ -188,7 +190,7 @@ def _upload_group(
         return
     for record in records:
         try:
-            if record.manifest.get("summarised") is False:
+            if not record.window.summarised:
                 _summarise(record, summarise)
             sink.upload(record, run_id)
             report.uploaded.append((str(record.path), run_id))

@@ -7,16 +7,18 @@ Layout under ``local_dir``::
                                            the profiler writes here while a window runs;
                                            at its end the folder is renamed to:
       <P>/step_<first>-<last>/
-        manifest.json                      status, target run, metrics, params, tags
+        manifest.json                      the window record (sinks/window_record.py: state,
+                                           target run, metrics, params, tags, progress)
         .lock                              the claim (:mod:`neuron_mlflow.sinks.claims`)
         artifacts/                         uploaded as MLflow artifacts under P/step_.../
           summary.md  summary.json  ops.csv  op_keys.json
           traces/rank_<r>/...              the profiler's output tree, as written
 
-``manifest.json`` ``status`` is ``pending`` (not yet uploaded), ``done`` or ``incomplete``
-(the window was interrupted by an exception; kept, not uploaded by default). ``uploaded``
-records which parts reached MLflow and ``progress`` which metric chunks and artifact files
-(see :mod:`neuron_mlflow.sinks.delivery`), so an upload cut short never logs a value twice.
+``manifest.json`` is a :class:`~neuron_mlflow.sinks.window_record.Window`: its ``state``
+(``spooled``, ``summarised``, ``uploaded``, ``incomplete``, ``failed``; seen by ``sync`` as
+``pending``, ``done`` or ``incomplete``), ``uploaded`` (which parts reached MLflow) and
+``progress`` (which metric chunks and artifact files: :mod:`neuron_mlflow.sinks.delivery`),
+so an upload cut short never logs a value twice.
 ``captured_ms`` is the capture time the metrics are logged with; ``job_id`` (when set) names
 the job, so that every rank's windows of an offline job sync into one run.
 
@@ -43,7 +45,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
+
 from neuron_mlflow.sinks.claims import Claim, claim
+from neuron_mlflow.sinks.window_record import (
+    Window,
+    WindowState,
+    decode_window,
+    encode_window,
+    window_view,
+)
 
 Status = Literal["pending", "done", "incomplete"]
 MANIFEST = "manifest.json"
@@ -54,29 +65,39 @@ UPLOAD_PARTS = ("tags", "params", "metrics", "artifacts")
 _session_counter = itertools.count(1)
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # One line, keys sorted: the C encoder (``indent`` would take the pure-Python one, about
-    # ten times slower; the step that ends a window writes a manifest).
-    tmp.write_text(json.dumps(data, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+_NULLABLE = {"run_id", "error"}
 
 
 @dataclass
 class WindowRecord:
-    """One spooled window: its folder and its manifest.
+    """One spooled window: its folder and its record (:class:`Window`, the manifest).
+
+    Each state change is one method that writes the record atomically.
 
     Example:
         >>> import tempfile
         >>> spool = Spool(tempfile.mkdtemp())
         >>> record = spool.create_window(spool.new_session_dir(), "p/step_000000-000000")
-        >>> record.mark_uploaded("metrics"); record.manifest["uploaded"]["metrics"]
+        >>> record.mark_uploaded("metrics"); record.window.uploaded.metrics
         True
+        >>> record.summarised({"p/steps": 1.0}); record.window.state.value
+        'summarised'
     """
 
     path: Path
-    manifest: dict[str, Any]
+    window: Window
     claim: Claim | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def load(cls, path: Path) -> WindowRecord:
+        """The window spooled at ``path``, read through :class:`Window`.
+
+        Raises:
+            OSError: no manifest there.
+            ValueError: the manifest does not validate (the message names the file).
+        """
+        manifest = path / MANIFEST
+        return cls(path=path, window=decode_window(manifest.read_bytes(), str(manifest)))
 
     def release(self) -> None:
         """Give up this process's claim on the window (:mod:`neuron_mlflow.sinks.claims`)."""
@@ -84,14 +105,16 @@ class WindowRecord:
         if claim is not None:
             claim.release()
 
-    @classmethod
-    def load(cls, path: Path) -> WindowRecord:
-        """The window spooled at ``path`` (its manifest read from disk)."""
-        return cls(path=path, manifest=json.loads((path / MANIFEST).read_text(encoding="utf-8")))
-
     def reload(self) -> None:
-        """Read the manifest again from disk (another process may have changed it)."""
-        self.manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+        """Read the record again from disk (another process may have changed it)."""
+        manifest = self.path / MANIFEST
+        self.window = decode_window(manifest.read_bytes(), str(manifest))
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """A read-only snapshot of the record as plain JSON data (see
+        :func:`~neuron_mlflow.sinks.window_record.window_view`)."""
+        return window_view(self.window)
 
     @property
     def artifacts_dir(self) -> Path:
@@ -101,30 +124,73 @@ class WindowRecord:
     @property
     def artifact_path(self) -> str:
         """Where the artifacts go in the run: ``P/step_<first>-<last>``."""
-        return str(self.manifest["artifact_path"])
+        return self.window.artifact_path
 
     @property
     def status(self) -> Status:
         """``pending``, ``done`` or ``incomplete``."""
-        return self.manifest["status"]
+        status: Status = self.window.status  # type: ignore[assignment]
+        return status
 
     def save(self) -> None:
-        """Write the manifest (atomically)."""
-        _write_json_atomic(self.path / MANIFEST, self.manifest)
+        """Write the record (atomically: a temporary file renamed over the manifest)."""
+        tmp = self.path / f".{MANIFEST}.{os.getpid()}.tmp"
+        tmp.write_bytes(encode_window(self.window))
+        os.replace(tmp, self.path / MANIFEST)
 
     def update(self, **fields: Any) -> None:
-        """Set manifest fields and save."""
-        self.manifest.update(fields)
+        """Set fields of the record and save.
+
+        Raises:
+            AttributeError: a field :class:`Window` does not have.
+        """
+        for name, value in fields.items():
+            if not hasattr(self.window, name):
+                raise AttributeError(f"a window record has no field {name!r}")
+            setattr(self.window, name, value)
+        self.save()
+
+    # -- transitions --------------------------------------------------------------------
+
+    def summarised(self, metrics: dict[str, float], incomplete: bool = False) -> None:
+        """``spooled``/``failed`` -> ``summarised`` (or ``incomplete``) with its metrics."""
+        self.window.metrics = metrics
+        self.window.state = WindowState.INCOMPLETE if incomplete else WindowState.SUMMARISED
+        if self.window.failed_step == "summary":
+            self.window.error = self.window.failed_step = None
+        self.save()
+
+    def failed(self, reason: str) -> None:
+        """Summarising failed: ``failed`` with the reason (its traces stay; ``sync`` retries)."""
+        if self.window.state is not WindowState.INCOMPLETE:
+            self.window.state = WindowState.FAILED
+        self.window.error, self.window.failed_step = reason, "summary"
+        self.save()
+
+    def upload_failed(self, reason: str) -> None:
+        """The upload failed: the window stays pending for ``sync``, with the reason."""
+        self.window.error, self.window.failed_step = reason, "upload"
+        self.save()
+
+    def uploaded(self) -> None:
+        """MLflow confirmed every part: ``uploaded``."""
+        self.window.state = WindowState.UPLOADED
+        self.window.error = self.window.failed_step = None
+        self.save()
+
+    def handled(self) -> None:
+        """The worker process is done with the window (whatever the outcome)."""
+        self.window.handled = True
         self.save()
 
     def mark_uploaded(self, part: str) -> None:
         """Record that ``part`` (tags, params, metrics, artifacts) reached MLflow, and save."""
-        self.manifest["uploaded"][part] = True
+        setattr(self.window.uploaded, part, True)
         self.save()
 
     def is_uploaded(self, part: str) -> bool:
         """Whether ``part`` already reached MLflow."""
-        return bool(self.manifest["uploaded"].get(part))
+        return bool(getattr(self.window.uploaded, part))
 
 
 class Spool:
@@ -136,6 +202,8 @@ class Spool:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self.invalid: list[tuple[Path, str]] = []
+        """Manifests the last :meth:`windows` listing could not read, with the reason."""
 
     def new_session_dir(self) -> Path:
         """A fresh folder for one profiling session, unique across hosts and processes."""
@@ -171,35 +239,44 @@ class Spool:
                 renamed into place, nothing copied; the folder is gone afterwards.
             claimed: the record holds this process's claim on the window, taken before the
                 window is visible (release it with :meth:`WindowRecord.release`).
-            **fields: more manifest fields (metrics, params, tags, run_id, ...).
+            **fields: more fields of the :class:`Window` record (metrics, params, tags,
+                run_id, ...; ``window`` is read as ``facts``); ``summarised=False`` makes a
+                ``spooled`` window (``summarised`` by default, as given).
         """
         path = session_dir / artifact_path
-        manifest: dict[str, Any] = {
-            "format": 1,
-            "status": status,
+        data: dict[str, Any] = {
+            "state": (
+                WindowState.INCOMPLETE
+                if status == "incomplete"
+                else WindowState.UPLOADED
+                if status == "done"
+                else WindowState.SPOOLED
+            ).value,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "captured_ms": int(time.time() * 1000),  # the metrics' timestamp
             "artifact_path": artifact_path,
             "session": session_dir.name,
-            "run_id": None,
-            "uploaded": dict.fromkeys(UPLOAD_PARTS, False),
-            "error": None,
         }
-        manifest.update(fields)
+        if "window" in fields:
+            fields["facts"] = fields.pop("window")
+        if fields.pop("summarised", True) and status == "pending":
+            data["state"] = WindowState.SUMMARISED.value
+        data.update({k: v for k, v in fields.items() if v is not None or k in _NULLABLE})
+        window = msgspec.convert(data, Window)
         takes_over = staged is not None and (staged / ARTIFACTS).is_dir()
         if staged is not None and takes_over and not path.exists():
             # The manifest goes in with the traces, then one rename puts both in place: a
             # crash leaves either the staged window (manifest and all) or the placed one.
             held = claim(staged) if claimed else None  # the claim moves with the folder
             try:
-                WindowRecord(path=staged, manifest=manifest).save()
+                WindowRecord(path=staged, window=window).save()
                 path.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged, path)
             except BaseException:
                 if held is not None:
                     held.release()
                 raise
-            return WindowRecord(path=path, manifest=manifest, claim=held)
+            return WindowRecord(path=path, window=window, claim=held)
         (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
         held = claim(path) if claimed else None
         if staged is not None:
@@ -207,7 +284,7 @@ class Spool:
                 shutil.rmtree(path / ARTIFACTS)
                 os.replace(staged / ARTIFACTS, path / ARTIFACTS)
             shutil.rmtree(staged, ignore_errors=True)
-        record = WindowRecord(path=path, manifest=manifest, claim=held)
+        record = WindowRecord(path=path, window=window, claim=held)
         try:
             record.save()
         except BaseException:
@@ -216,16 +293,24 @@ class Spool:
         return record
 
     def windows(self, *statuses: Status) -> Iterator[WindowRecord]:
-        """Spooled windows, oldest first, optionally only those with the given statuses."""
+        """Spooled windows, oldest first, optionally only those with the given statuses.
+
+        A manifest that cannot be read or does not validate is skipped here and listed in
+        :attr:`invalid` (file and reason; nothing is deleted).
+        """
+        self.invalid = []
         if not self.root.is_dir():
             return
         for manifest_path in sorted(self.root.rglob(MANIFEST)):
             try:
-                manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                record = WindowRecord.load(manifest_path.parent)
+            except OSError:
+                continue  # renamed or removed since the listing
+            except ValueError as exc:
+                self.invalid.append((manifest_path, str(exc)))
                 continue
-            if not statuses or manifest.get("status") in statuses:
-                yield WindowRecord(path=manifest_path.parent, manifest=manifest)
+            if not statuses or record.status in statuses:
+                yield record
 
 
 def write_summary_files(

@@ -55,22 +55,21 @@ def uploaded_trace_files(record: WindowRecord) -> list[Path]:
     file is in the manifest's ``progress.artifact_files`` (a manifest without that list:
     when traces were uploaded at all, ``upload_traces``).
     """
-    manifest = record.manifest
-    if manifest.get("status") != "done" or not record.is_uploaded("artifacts"):
+    if record.status != "done" or not record.is_uploaded("artifacts"):
         return []
     traces = record.artifacts_dir / TRACES
     if not traces.is_dir():
         return []
-    confirmed = (manifest.get("progress") or {}).get("artifact_files")
+    confirmed = record.window.progress.artifact_files
     files = sorted(p for p in traces.rglob("*") if p.is_file())
     if confirmed is None:
-        return files if manifest.get("upload_traces", True) else []
+        return files if record.window.upload_traces else []
     names = set(confirmed)
     return [p for p in files if p.relative_to(record.artifacts_dir).as_posix() in names]
 
 
 def _why_kept(record: WindowRecord) -> str | None:
-    status = record.manifest.get("status")
+    status = record.status
     if status != "done":
         return f"status {status}: not uploaded"
     traces = record.artifacts_dir / TRACES
@@ -106,7 +105,7 @@ def _rmdir_if_empty(folder: Path) -> None:
 
 def _spool_root(window_dir: Path, record: WindowRecord) -> Path | None:
     """``local_dir`` of a window folder: the parent of its session folder."""
-    session = record.manifest.get("session")
+    session = record.window.session
     for parent in window_dir.parents:
         if parent.name == session:
             return parent.parent
@@ -127,7 +126,7 @@ def spool_bytes(local_dir: Path) -> int:
 
 def _done_oldest_first(local_dir: Path) -> Iterator[WindowRecord]:
     records = list(Spool(local_dir).windows("done"))
-    records.sort(key=lambda r: (int(r.manifest.get("captured_ms") or 0), str(r.path)))
+    records.sort(key=lambda r: (r.window.captured_ms, str(r.path)))
     yield from records
 
 
@@ -215,7 +214,7 @@ def prune(local_dir: str | os.PathLike[str], max_bytes: int | None = None) -> Pr
     if max_bytes is not None:
         return enforce_cap(root, max_bytes, report=report)
     for record in Spool(root).windows():
-        if record.manifest.get("status") != "done":
+        if record.status != "done":
             if (record.artifacts_dir / TRACES).is_dir():
                 report.kept.append((str(record.path), _why_kept(record) or "not uploaded"))
             continue

@@ -107,7 +107,7 @@ def test_sync_summarises_a_neuron_window_where_no_neuron_sdk_is_installed(
     spool = _crash(tmp_path, tracking_uri, 1, "neuron", **env)
     (record,) = list(Spool(spool).windows())
     if elsewhere:  # the job ran on another host than this sync
-        record.manifest["tags"]["neuron_mlflow.host"] = "trn2-host-17"
+        record.window.tags["neuron_mlflow.host"] = "trn2-host-17"
         record.save()
     assert main(["sync", "--local-dir", str(spool)]) == 0
     (record,) = list(Spool(spool).windows())

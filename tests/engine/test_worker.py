@@ -63,8 +63,8 @@ def test_a_window_that_sync_holds_is_left_to_it(tmp_path, tracking_uri) -> None:
     finally:
         held.release()
     record.reload()
-    assert record.manifest["summarised"] is False and record.status == "pending"
-    assert "handled" not in record.manifest, "untouched: sync finishes it"
+    assert record.window.state.value == "spooled", "untouched: sync finishes it"
+    assert record.window.handled is False
 
 
 def test_an_unreadable_job_file_is_dropped(tmp_path, caplog) -> None:

@@ -12,6 +12,7 @@ from neuron_mlflow.sinks.delivery import CONFIG_CHANGED_TAG, metric_chunks
 from neuron_mlflow.sinks.mlflow_sink import JOB_TAG, MlflowSink
 from neuron_mlflow.sinks.pending import upload_pending
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
+from neuron_mlflow.sinks.window_record import UploadProgress, WindowState
 from tests.helpers import artifact_files
 
 
@@ -75,11 +76,11 @@ def test_a_chunk_in_flight_at_a_crash_is_looked_up_before_it_is_sent_again(tmp_p
     run_id = sink.create_run()
     sink.upload(landed, run_id)
     # A crash right after the server stored chunk 1 of `landed` (not yet marked) ...
-    landed.manifest["progress"].update(metric_chunks=[0], sending=1)
-    landed.manifest["uploaded"].update(metrics=False)
-    landed.update(status="pending")
+    landed.window.progress.metric_chunks, landed.window.progress.sending = [0], 1
+    landed.window.uploaded.metrics = False
+    landed.update(state=WindowState.SUMMARISED)
     # ... and one right before the server stored chunk 1 of `lost`.
-    lost.update(run_id=run_id, progress={"metric_chunks": [0], "sending": 1, "artifact_files": []})
+    lost.update(run_id=run_id, progress=UploadProgress(metric_chunks=[0], sending=1))
     sink.client.log_batch(
         run_id,
         metrics=[

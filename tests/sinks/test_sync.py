@@ -157,7 +157,7 @@ def test_spool_written_offline_syncs_to_a_real_server(monkeypatch, tmp_path, mlf
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     assert main(["sync", "--local-dir", str(tmp_path / "spool")]) == 0
     (record,) = list(Spool(tmp_path / "spool").windows())
-    manifest = json.loads((record.path / "manifest.json").read_text())
-    assert manifest["status"] == "done"
+    manifest = json.loads((record.path / "manifest.json").read_text())  # the record on disk
+    assert manifest["state"] == "uploaded" and manifest["schema_version"] == 2
     assert metrics(manifest["run_id"])["profile/steps"] == 2
     shutil.rmtree(tmp_path / "spool")

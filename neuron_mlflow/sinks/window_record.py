@@ -1,0 +1,232 @@
+"""The window record: one typed record of a spooled window's whole life.
+
+:class:`Window` is what a window's ``manifest.json`` holds, and the only way it is read back
+(:func:`read_window`: a manifest that does not validate is a clear error naming the file;
+nothing is deleted). Its :class:`WindowState` says where the window is::
+
+    capturing -> stopped                  (in the training process, before the record exists)
+    spooled      the training thread renamed it into the spool: manifest + traces
+    summarised   the worker process wrote its metrics and summary files
+    uploaded     MLflow confirmed every part
+    incomplete   the user's step raised: kept, uploaded only by ``sync --include-incomplete``
+    failed       summarising it failed (``error`` says why); ``sync`` tries again
+
+``partial`` (a window cut short) is a fact of the window (``facts.partial``), not a state. An
+upload that fails leaves the window ``summarised`` with ``error`` and ``failed_step =
+"upload"``: pending for ``sync``. Each transition is one method of
+:class:`~neuron_mlflow.sinks.spool.WindowRecord` that writes the record atomically.
+
+A manifest of the previous release (``"format": 1``, ``status`` and ``summarised``) is read
+as the same states (:func:`upgrade`), so its windows still sync.
+
+Example:
+    >>> w = Window(state=WindowState.SPOOLED, artifact_path="profile/step_000001-000002",
+    ...            session="s", created="2026-12-04T00:00:00Z", captured_ms=0)
+    >>> w.status, w.summarised
+    ('pending', False)
+    >>> decode_window(encode_window(w), "manifest.json") == w
+    True
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import msgspec
+
+SCHEMA_VERSION = 2
+"""The version of :class:`Window` written now (1: the dict manifests of the first release)."""
+
+
+class WindowState(enum.StrEnum):
+    """Where a spooled window is in its life (see the module docstring)."""
+
+    SPOOLED = "spooled"
+    SUMMARISED = "summarised"
+    UPLOADED = "uploaded"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+
+
+class WindowFacts(msgspec.Struct, kw_only=True):
+    """Which steps the window holds: its index in the schedule, first and last recorded step,
+    and whether it was cut short (``partial``)."""
+
+    index: int
+    first: int
+    last: int
+    partial: bool = False
+
+
+class UploadedParts(msgspec.Struct, kw_only=True):
+    """Which parts MLflow has confirmed."""
+
+    tags: bool = False
+    params: bool = False
+    metrics: bool = False
+    artifacts: bool = False
+
+
+class UploadProgress(msgspec.Struct, kw_only=True):
+    """Exactly-once delivery: the metric chunks confirmed, the one being sent (its fate is
+    looked up on the server after a crash), and the artifact files confirmed."""
+
+    metric_chunks: list[int] = msgspec.field(default_factory=list)
+    sending: int | None = None
+    artifact_files: list[str] = msgspec.field(default_factory=list)
+
+
+class Window(msgspec.Struct, kw_only=True):
+    """One spooled window: what it is, where it goes, what it holds, how far it got.
+
+    Attributes:
+        schema_version: :data:`SCHEMA_VERSION`.
+        state: see :class:`WindowState`.
+        artifact_path: ``P/step_<first>-<last>``: the folder in the spool and in the run.
+        session: the session folder it belongs to.
+        created: when it was spooled (UTC, ISO 8601); ``captured_ms`` the metrics' timestamp.
+        kind: ``window`` (or ``rank_metrics``: per-rank times of the previous release).
+        prefix: the metric prefix ``P``; ``backend`` the backend it was captured with;
+            ``trace_dir`` its trace folder under ``artifacts/``.
+        facts: its steps (:class:`WindowFacts`); ``steps``/``wall_time_us`` as captured.
+        reason: why it was taken (``schedule``, ``request <id>``, ``slow steps: ...``).
+        rank, world_size: the process's global rank and the job's size; ``rank_metrics``:
+            log ``P/rank/<r>/...``; ``traces_only``: a rank other than 0 (its rank metrics
+            and traces only).
+        run_id, tracking_uri, experiment_id, experiment_name, run_name, job_id: where it goes;
+            ``original_run_id`` the run it was meant for when that run was gone at sync.
+        upload_traces: upload the ``traces/`` folder too.
+        metric_step: the MLflow step of its metrics; ``metrics``/``params``/``tags`` what it
+            logs; ``document`` more of ``summary.json`` (config, environment, errors).
+        uploaded, progress: exactly-once delivery (:class:`UploadedParts`,
+            :class:`UploadProgress`).
+        error: what went wrong, if anything; ``failed_step`` where (``summary``, ``upload``).
+        handled: the worker process is done with it (whatever the outcome).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    state: WindowState
+    artifact_path: str
+    session: str
+    created: str
+    captured_ms: int
+    kind: str = "window"
+    prefix: str | None = None
+    backend: str | None = None
+    trace_dir: str | None = None
+    facts: WindowFacts | None = None
+    steps: int = 0
+    wall_time_us: float = 0.0
+    reason: str = "schedule"
+    rank: int = 0
+    world_size: int = 1
+    rank_metrics: bool = False
+    traces_only: bool = False
+    run_id: str | None = None
+    original_run_id: str | None = None
+    tracking_uri: str | None = None
+    experiment_id: str | None = None
+    experiment_name: str | None = None
+    run_name: str | None = None
+    job_id: str | None = None
+    upload_traces: bool = True
+    metric_step: int = 0
+    metrics: dict[str, float] = msgspec.field(default_factory=dict)
+    params: dict[str, str] = msgspec.field(default_factory=dict)
+    tags: dict[str, str] = msgspec.field(default_factory=dict)
+    document: dict[str, Any] = msgspec.field(default_factory=dict)
+    uploaded: UploadedParts = msgspec.field(default_factory=UploadedParts)
+    progress: UploadProgress = msgspec.field(default_factory=UploadProgress)
+    error: str | None = None
+    failed_step: str | None = None
+    handled: bool = False
+
+    @property
+    def status(self) -> str:
+        """``pending`` (to upload), ``done`` or ``incomplete``, as ``sync`` sees it."""
+        if self.state is WindowState.UPLOADED:
+            return "done"
+        if self.state is WindowState.INCOMPLETE:
+            return "incomplete"
+        return "pending"
+
+    @property
+    def summarised(self) -> bool:
+        """The metrics and summary files are written."""
+        return self.state in (WindowState.SUMMARISED, WindowState.UPLOADED) or (
+            self.state is WindowState.INCOMPLETE and bool(self.metrics)
+        )
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A manifest of the first release (``"format": 1``) as a :class:`Window`'s fields.
+
+    Example:
+        >>> upgrade({"format": 1, "status": "pending", "summarised": True})["state"]
+        'summarised'
+    """
+    if "schema_version" in data:
+        return data
+    data = dict(data)
+    data.pop("format", None)
+    status, summarised = data.pop("status", "pending"), data.pop("summarised", True)
+    if status == "done":
+        data["state"] = WindowState.UPLOADED.value
+    elif status == "incomplete":
+        data["state"] = WindowState.INCOMPLETE.value
+    else:
+        data["state"] = (WindowState.SUMMARISED if summarised else WindowState.SPOOLED).value
+    if "window" in data:
+        data["facts"] = data.pop("window")
+    if not isinstance(data.get("captured_ms"), int | float):
+        data["captured_ms"] = _created_ms(data.get("created"))
+    data["schema_version"] = SCHEMA_VERSION
+    return data
+
+
+def _created_ms(created: object) -> int:
+    """A first-release window's capture time: its ``created`` stamp, else now."""
+    import calendar
+    import time
+
+    if isinstance(created, str):
+        try:
+            return calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")) * 1000
+        except ValueError:
+            pass
+    return int(time.time() * 1000)
+
+
+def encode_window(window: Window) -> bytes:
+    """The manifest's bytes: one JSON line."""
+    return msgspec.json.encode(window) + b"\n"
+
+
+def decode_window(raw: bytes, where: str) -> Window:
+    """Read a manifest (either release's) as a :class:`Window`.
+
+    Raises:
+        ValueError: the manifest is not JSON or does not validate; the message names
+            ``where`` (the file) and what is wrong. Nothing is deleted.
+    """
+    try:
+        data = msgspec.json.decode(raw)
+        if not isinstance(data, dict):
+            raise msgspec.ValidationError("expected a JSON object")
+        return msgspec.convert(upgrade(data), Window)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(
+            f"the window manifest {where} is not valid ({exc}); it is left as it is: fix or "
+            "remove that window folder, or re-ingest its traces with `neuron-mlflow ingest`"
+        ) from exc
+
+
+def window_view(window: Window) -> dict[str, Any]:
+    """The record as plain JSON data, with ``status``, ``summarised`` and ``window`` (the
+    facts) as the first release named them: for readers of plain data (report headers)."""
+    data: dict[str, Any] = msgspec.to_builtins(window)
+    data["status"] = window.status
+    data["summarised"] = window.summarised
+    data["window"] = data.get("facts")
+    return data
