@@ -46,7 +46,8 @@ class StopFile(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: object) -> None:
         if trainer.is_global_zero:
-            callback = next(c for c in trainer.callbacks if isinstance(c, nm.NeuronProfilerCallback))
+            cb = nm.NeuronProfilerCallback
+            callback = next(c for c in trainer.callbacks if isinstance(c, cb))
             (self.work / "run_id.tmp").write_text(str(callback.run_id))
             os.replace(self.work / "run_id.tmp", self.work / "run_id")
 
