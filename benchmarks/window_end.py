@@ -1,26 +1,47 @@
-"""Benchmark: the step that ends a profiling window, ours against a raw torch.profiler window.
+"""Benchmark: the step that ends a profiling window, and the steps after it, ours against raw
+``torch.profiler``, for the context manager (``nm.profile``) and the Lightning callback.
 
-Side by side in one run, interleaved round by round: the time of the ``step()`` call that
-ends a window (torch stops the profiler and exports the trace there) for
+Side by side in one invocation, interleaved round by round (the order of the two variants
+alternates), each measurement in a fresh Python process. Two front ends:
 
-- ``neuron-mlflow``: ``nm.profile`` as a context manager (CPU backend, a local MLflow store),
-  whose window-ending step stops the profiler, exports the trace into the spool and hands the
-  window to the background worker (summary and upload happen there, not timed: we wait for the
-  worker between rounds);
-- ``torch.profiler``: a raw ``torch.profiler.profile`` with the same schedule and
-  ``on_trace_ready`` calling ``export_chrome_trace``,
+- ``decorator``: ``nm.profile`` as a context manager (the decorator's engine) around a loop of
+  ``step()`` calls, against a raw ``torch.profiler.profile`` stepped the same way;
+- ``lightning``: ``nm.NeuronProfilerCallback`` on a CPU ``Trainer`` (``logger=False``: the
+  callback opens its own MLflow run), against a plain Lightning ``Callback`` whose
+  ``on_train_batch_end`` calls ``prof.step()`` on a raw ``torch.profiler.profile``.
 
-for a small window (10 ops x 5 steps) and a large one (1000 ops x 20 steps). Reports the
-median of the rounds, and the ratio. Goal: at most 1.1 for both.
+The raw profiler has the same schedule (``wait=5, warmup=1, active=<steps>``) and an
+``on_trace_ready`` that calls ``export_chrome_trace``. Each step runs ``<ops>`` small CPU aten
+ops (a loop of ``x = x + 1; x.mul_(0.5)`` on 8 floats; under Lightning inside
+``training_step``, plus a tiny real loss). Timed, per process:
 
-Run:  .venv/bin/python benchmarks/window_end.py [--rounds 7]
+- **hook**: the call that ends the window: ``prof.step()`` (decorator), or the profiler
+  callback's ``on_train_batch_end`` (Lightning: two timing callbacks, just before and just
+  after it, read ``perf_counter``). Ours stops the profiler, lets torch export the trace into
+  the spool, renames the window into place and queues a job file for the worker process
+  (started here, on the first window); the raw one stops and exports.
+- **after**: the ``--after`` (20) steps right after the window, end of step to end of step
+  (every hook and the data loading included), while our worker process summarises and
+  uploads the window.
+
+Each process then ends normally (ours waits for its worker in ``close()``/``teardown``, not
+timed, and checks the window's summary); the next process starts once the worker has exited.
+The MLflow store is one SQLite file in a temp folder (``MLFLOW_TRACKING_URI``), created before
+the first round. Windows: small (50 ops x 5 steps) and large (600 ops x 20 steps). Reports
+medians over the rounds and the ratio ours/raw of the medians. Targets: hook <= 1.1x raw,
+steps after <= 1.05x raw.
+
+Run:  .venv/bin/python benchmarks/window_end.py [--mode both|decorator|lightning] [--rounds 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,86 +51,334 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-import torch.profiler  # noqa: E402
+SIZES = {"small": (50, 5), "large": (600, 20)}
+"""Window sizes: (ops per step, active steps)."""
+WAIT = 5
+"""Steps before the window's warm-up step (the process warms up there)."""
+EXPERIMENT = "window-end-benchmark"
 
-import neuron_mlflow as nm  # noqa: E402
 
-SIZES = {"small (10 ops x 5 steps)": (10, 5), "large (1000 ops x 20 steps)": (1000, 20)}
-
-
-def work(ops: int, x: torch.Tensor) -> None:
-    """One step: ``ops`` small operators."""
+def work(ops: int, x):
+    """One step's ``ops`` small CPU operators (two per iteration); returns ``x``."""
     for _ in range(ops // 2):
-        y = x + 1.0
-        y.mul_(0.5)
+        x = x + 1.0
+        x.mul_(0.5)
+    return x
 
 
-def raw_window_end(ops: int, steps: int, folder: Path) -> float:
-    """Seconds of the ``prof.step()`` that ends a raw torch.profiler window."""
-    x = torch.ones(8)
+def raw_profiler(steps: int, folder: Path):
+    """A raw torch.profiler with the same schedule, exporting its trace when ready."""
+    import torch.profiler
+
     path = folder / "raw.pt.trace.json"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prof = torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU],
-            schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps),
-            on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-        )
-        prof.start()
-        ended = 0.0
-        for step in range(steps + 1):
-            work(ops, x)
-            start = time.perf_counter()
-            prof.step()
-            if step == steps:
-                ended = time.perf_counter() - start
-        prof.stop()
-    assert path.exists()
-    return ended
+    return torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=WAIT, warmup=1, active=steps, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ), path
 
 
-def our_window_end(ops: int, steps: int, folder: Path) -> float:
-    """Seconds of the ``prof.step()`` that ends an ``nm.profile`` window."""
+def our_config(steps: int, folder: Path) -> dict:
+    import neuron_mlflow as nm
+
+    return {
+        "backend": "cpu",
+        "schedule": nm.Schedule(wait=WAIT, warmup=1, active=steps),
+        "local_dir": str(folder / "spool"),
+        "experiment_name": EXPERIMENT,
+    }
+
+
+class Probe:
+    """CPU seconds while the steps after the window ran: this (training) thread's, and the
+    worker process's (started in the hook; read from ``/proc``, 0 for the raw profiler)."""
+
+    def __init__(self) -> None:
+        self.worker_pid: int | None = None
+        self.thread_cpu: list[float] = []
+        self.worker_cpu_s = 0.0
+
+    def watch_worker(self) -> None:
+        """Note the worker's pid when ours starts it (observed, not replaced)."""
+        from neuron_mlflow.engine import worker
+
+        start = getattr(worker, "start_worker", None)
+        if start is None:  # the engine moved: the worker's CPU column reads 0
+            return
+
+        def observed(root):
+            popen = start(root)
+            self.worker_pid = popen.pid
+            return popen
+
+        worker.start_worker = observed
+
+    def sample(self, index: int, last: int, after: int) -> None:
+        if index in (last, last + after):
+            self.thread_cpu.append(time.thread_time())
+        if index == last + after and self.worker_pid is not None:
+            try:
+                fields = Path(f"/proc/{self.worker_pid}/stat").read_text().rsplit(")", 1)[1]
+                utime, stime = fields.split()[11:13]
+                self.worker_cpu_s = (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError):
+                self.worker_cpu_s = float("nan")
+
+
+def _split(ends: list[float], starts: list[float], last: int, after: int, probe: Probe) -> dict:
+    """hook = the window-ending call (index ``last``); after = the next ``after`` steps."""
+    return {
+        "hook_s": ends[last] - starts[last],
+        "after_s": ends[last + after] - ends[last],
+        "after_cpu_s": probe.thread_cpu[1] - probe.thread_cpu[0],
+        "worker_cpu_s": probe.worker_cpu_s,
+    }
+
+
+# -- decorator (context manager) -----------------------------------------------------------
+
+
+def decorator_child(variant: str, ops: int, steps: int, after: int, folder: Path) -> dict:
+    import torch
+
+    import neuron_mlflow as nm
+
     x = torch.ones(8)
-    ended = 0.0
-    with nm.profile(
-        backend="cpu",
-        schedule=nm.Schedule(wait=0, warmup=1, active=steps),
-        local_dir=str(folder / "spool"),
-        experiment_name="window-end-benchmark",
-    ) as prof:
-        for step in range(steps + 1):
-            work(ops, x)
-            start = time.perf_counter()
+    total = WAIT + 1 + steps + after
+    last = WAIT + steps  # the step() that ends the window
+    starts: list[float] = []
+    ends: list[float] = []
+    probe = Probe()
+    if variant == "ours":
+        probe.watch_worker()
+        with nm.profile(**our_config(steps, folder)) as prof:
+            for index in range(total):
+                x = work(ops, x)
+                starts.append(time.perf_counter())
+                prof.step()
+                ends.append(time.perf_counter())
+                probe.sample(index, last, after)
+        summary = prof.summary
+        check = summary is not None and summary.steps == steps
+    else:
+        prof, path = raw_profiler(steps, folder)
+        prof.start()
+        for index in range(total):
+            x = work(ops, x)
+            starts.append(time.perf_counter())
             prof.step()
-            if step == steps:
-                ended = time.perf_counter() - start
-        prof.session.wait()  # the worker's summary and upload: off the training thread
-    assert prof.summary is not None and prof.summary.steps == steps
-    return ended
+            ends.append(time.perf_counter())
+            probe.sample(index, last, after)
+        prof.stop()
+        check = path.exists()
+    return {**_split(ends, starts, last, after, probe), "check": bool(check)}
+
+
+# -- Lightning ------------------------------------------------------------------------------
+
+
+def lightning_child(variant: str, ops: int, steps: int, after: int, folder: Path) -> dict:
+    import torch
+    from lightning.pytorch import Callback, LightningModule, Trainer
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import neuron_mlflow as nm
+
+    class OpsModule(LightningModule):
+        """``ops`` small aten ops per training step, plus a tiny real loss."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x = work(ops, torch.ones(8))
+            return self.layer(batch[0]).pow(2).mean() + 0.0 * x.sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class RawProfilerCallback(Callback):
+        """What a user writes without neuron-mlflow: step a raw torch.profiler."""
+
+        def __init__(self) -> None:
+            self.prof, self.path = raw_profiler(steps, folder)
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            self.prof.start()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            self.prof.step()
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            self.prof.stop()
+
+    class Before(Callback):
+        def __init__(self) -> None:
+            self.starts: list[float] = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            self.starts.append(time.perf_counter())
+
+    class After(Callback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            self.ends.append(time.perf_counter())
+            probe.sample(len(self.ends) - 1, last, after)
+
+    total = WAIT + 1 + steps + after
+    last = WAIT + steps  # batch index (= global step) whose on_train_batch_end ends it
+    probe = Probe()
+    if variant == "ours":
+        probe.watch_worker()
+    profiler = (
+        nm.NeuronProfilerCallback(**our_config(steps, folder))
+        if variant == "ours"
+        else RawProfilerCallback()
+    )
+    before, end = Before(), After()
+    data = DataLoader(TensorDataset(torch.randn(4 * total, 8)), batch_size=4)
+    trainer = Trainer(
+        max_steps=total,
+        callbacks=[before, profiler, end],
+        logger=False,
+        accelerator="cpu",
+        devices=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(OpsModule(), data)
+    if variant == "ours":
+        summary = profiler.summaries.get("train")
+        check = summary is not None and summary.steps == steps
+    else:
+        check = profiler.path.exists()
+    assert len(end.ends) == total, len(end.ends)
+    return {**_split(end.ends, before.starts, last, after, probe), "check": bool(check)}
+
+
+# -- the parent: fresh processes, interleaved ----------------------------------------------
+
+
+def wait_for_worker(spool: Path, timeout_s: float = 120.0) -> None:
+    """Until no worker process holds the spool's worker lock (it exits after its queue)."""
+    lock = spool / ".worker.lock"
+    deadline = time.monotonic() + timeout_s
+    while lock.exists() and time.monotonic() < deadline:
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            os.close(fd)
+
+
+def run_child(mode: str, variant: str, size: str, after: int, base: Path) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix=f"{mode}-{variant}-{size}-", dir=base))
+    ops, steps = SIZES[size]
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, variant, str(ops), str(steps),
+         str(after), str(folder)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        sys.exit(f"{mode} {variant} {size} failed:\n{out.stderr[-3000:]}")
+    wait_for_worker(folder / "spool")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def init_store(base: Path) -> None:
+    """Create the SQLite store and the experiment once (not inside a measured process)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    if client.get_experiment_by_name(EXPERIMENT) is None:
+        client.create_experiment(EXPERIMENT)
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=["both", "decorator", "lightning"], default="both")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--after", type=int, default=20, help="steps timed after the window")
+    parser.add_argument("--sizes", default="small,large")
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="window-end-"))
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
-    rows = []
-    for label, (ops, steps) in SIZES.items():
-        ours, raw = [], []
-        our_window_end(ops, steps, folder)  # warm-up: imports, the store, the worker
-        raw_window_end(ops, steps, folder)
-        for _ in range(args.rounds):
-            ours.append(our_window_end(ops, steps, folder))
-            raw.append(raw_window_end(ops, steps, folder))
-        rows.append((label, statistics.median(ours), statistics.median(raw)))
-    print(f"torch {torch.__version__}, {args.rounds} rounds, medians")
-    print("| window | neuron-mlflow ms | torch.profiler ms | ratio |")
-    print("|---|---:|---:|---:|")
-    for label, ours_s, raw_s in rows:
-        print(f"| {label} | {1e3 * ours_s:.1f} | {1e3 * raw_s:.1f} | {ours_s / raw_s:.2f} |")
+    if args.child:
+        mode, variant, ops, steps, after, folder = args.child
+        child = decorator_child if mode == "decorator" else lightning_child
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = child(variant, int(ops), int(steps), int(after), Path(folder))
+        print(json.dumps(result))
+        return
+    base = Path(tempfile.mkdtemp(prefix="window-end-"))
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{base / 'mlflow.db'}"
+    init_store(base)
+    modes = ["decorator", "lightning"] if args.mode == "both" else [args.mode]
+    sizes = args.sizes.split(",")
+    results: dict[tuple[str, str, str], list[dict]] = {}
+    started = time.monotonic()
+    for round_index in range(args.rounds):
+        for mode in modes:
+            for size in sizes:
+                order = ["ours", "raw"] if round_index % 2 == 0 else ["raw", "ours"]
+                for variant in order:
+                    result = run_child(mode, variant, size, args.after, base)
+                    if not result["check"]:
+                        sys.exit(f"{mode} {variant} {size}: the window was not logged")
+                    results.setdefault((mode, size, variant), []).append(result)
+        print(f"round {round_index + 1}/{args.rounds} done ({time.monotonic() - started:.0f} s)",
+              file=sys.stderr)  # fmt: skip
+    import lightning
+    import torch
+
+    print(
+        f"torch {torch.__version__}, lightning {lightning.__version__}, {args.rounds} rounds "
+        f"(a fresh process per measurement), {os.cpu_count()} CPUs, medians"
+    )
+    print()
+    print(
+        f"| front end | window | hook ours ms | hook raw ms | hook ratio | {args.after} steps "
+        "after, ours ms | raw ms | after ratio | training thread CPU after, ours/raw | "
+        "worker CPU by then ms |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for mode in modes:
+        for size in sizes:
+            ops, steps = SIZES[size]
+            ours, raw = results[(mode, size, "ours")], results[(mode, size, "raw")]
+
+            def both(key: str, ours=ours, raw=raw) -> tuple[float, float]:
+                return med([r[key] for r in ours]), med([r[key] for r in raw])
+
+            hook_o, hook_r = both("hook_s")
+            aft_o, aft_r = both("after_s")
+            cpu_o, cpu_r = both("after_cpu_s")
+            worker = med([r["worker_cpu_s"] for r in ours])
+            print(
+                f"| {mode} | {size} ({ops} ops x {steps} steps) | {1e3 * hook_o:.1f} | "
+                f"{1e3 * hook_r:.1f} | {hook_o / hook_r:.2f} | {1e3 * aft_o:.1f} | "
+                f"{1e3 * aft_r:.1f} | {aft_o / aft_r:.2f} | {cpu_o / cpu_r:.2f} | "
+                f"{1e3 * worker:.0f} |"
+            )
+    print()
+    print("per round (hook ms / after ms):", file=sys.stderr)
+    for key, values in results.items():
+        print(key, [f"{1e3 * r['hook_s']:.1f}/{1e3 * r['after_s']:.1f}" for r in values],
+              file=sys.stderr)  # fmt: skip
+    print(f"total {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":
