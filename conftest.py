@@ -41,5 +41,6 @@ def _isolated(tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
     # a worker process with no work left exits after 2 s (60 s in a job): the suite starts
     # hundreds of short sessions, each with a spool folder of its own
     monkeypatch.setenv("NEURON_MLFLOW_WORKER_IDLE_S", "2")
+    monkeypatch.setenv("NEURON_MLFLOW_WORKER_PRELOAD", "0")  # imports on first use instead
     while mlflow.active_run() is not None:
         mlflow.end_run()

@@ -42,7 +42,7 @@ from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.capture_requests import OnDemand, start_for_session
-from neuron_mlflow.engine.environment import rank_and_world_size
+from neuron_mlflow.engine.environment import package_version, rank_and_world_size
 from neuron_mlflow.engine.finish import LiveEnd, spool_live
 from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
@@ -58,6 +58,7 @@ from neuron_mlflow.schedule import (
     window_action,
     window_at,
 )
+from neuron_mlflow.sinks.claims import Claim
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary, summary_from_dict
 
@@ -271,7 +272,10 @@ class ProfilingSession:
         self._step_started_ns = 0
         self._closed = False
         self._disabled = False
-        self._results = Results(WorkerClient(self._spool.root))
+        package_version()  # read once now, not at the first window's end
+        self._worker = WorkerClient(self._spool.root)
+        self._results = Results(self._worker)
+        self._capturing_claim: Claim | None = None
         self._capture_ranks = capture_ranks
         self._rank_metrics = rank_metrics
         _open_sessions.add(self)
@@ -524,12 +528,19 @@ class ProfilingSession:
         """True once a failure of ours turned profiling off for this session."""
         return self._disabled
 
+    def _end_capturing(self) -> None:
+        """The window is no longer captured: the worker may run its jobs again."""
+        held, self._capturing_claim = self._capturing_claim, None
+        if held is not None:
+            held.release()
+
     def _turn_off(self, exc: BaseException | None = None) -> None:
         """Stop capturing for good: the open window (if any) is dropped, no new one opens."""
         self._disabled = True
         self._next_start = None
         capture, self._capture = self._capture, None
         _capturing.discard(self)
+        self._end_capturing()
         if capture is not None:
             with suppress(Exception):
                 capture.exit_marker()
@@ -569,6 +580,8 @@ class ProfilingSession:
         )
         capture.host_load = sample_host_load()
         capture.reason = reason
+        self.guarded(self._worker.ensure_running)  # it imports while this window runs
+        self._capturing_claim = self.guarded(self._worker.capturing)
         self.guarded(capture.start)
         if capture.prof is not None:
             self._capture = capture
@@ -587,6 +600,7 @@ class ProfilingSession:
         _capturing.discard(self)
         self.guarded(capture.exit_marker)
         self.guarded(capture.stop)
+        self._end_capturing()
         if capture.recorded_steps == 0:
             # Interrupted during warm-up: nothing was recorded.
             shutil.rmtree(capture.staging, ignore_errors=True)

@@ -7,8 +7,11 @@ everything slow runs here, in another interpreter that imports no user code (and
 measures the summary or the upload of the one before it, and no step waits for them.
 
 One worker serves one spool folder (ranks on a host share ``local_dir``, so one per host):
-``python -m neuron_mlflow.engine.worker <local_dir>``, started by the first window that is
-handed over (:class:`WorkerClient`), holding ``<local_dir>/.worker.lock`` while it runs. It
+``python -m neuron_mlflow.engine.worker <local_dir>``, started when a session's first window
+opens (:class:`WorkerClient`; it imports MLflow while the window is captured), holding
+``<local_dir>/.worker.lock`` while it runs. It starts no job while a window is being
+captured (``.capturing/``; at most :data:`PAUSE_MAX_S`), so a window never shares the CPU
+with the summary or the upload of the one before it. It
 takes the queued jobs in order, claims each window (:mod:`neuron_mlflow.sinks.claims`: a
 ``neuron-mlflow sync`` never sends the same window), summarises it with the same code as
 ``sync`` (:func:`~neuron_mlflow.engine.sync.summarise_spooled`) and uploads it. Each training
@@ -44,6 +47,11 @@ from neuron_mlflow.sinks.spool import WindowRecord
 
 CLIENTS = ".clients"
 """One lock file per living training process that handed windows to the worker."""
+CAPTURING = ".capturing"
+"""One lock file per window being captured: the worker starts no job while one is held."""
+PAUSE_MAX_S = float(os.environ.get("NEURON_MLFLOW_WORKER_PAUSE_MAX_S", "30"))
+"""The longest the worker waits for a window being captured before it starts a job anyway
+(a job that profiles without pause still gets its windows summarised)."""
 WORKER_LOG = "worker.log"
 """The worker's log (its stdout and stderr too)."""
 IDLE_S = float(os.environ.get("NEURON_MLFLOW_WORKER_IDLE_S", "60"))
@@ -112,6 +120,7 @@ class WorkerClient:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._client_fd: Claim | None = None
+        self._process: subprocess.Popen[bytes] | None = None
 
     def _register(self) -> None:
         if self._client_fd is not None:
@@ -138,12 +147,23 @@ class WorkerClient:
 
     def ensure_running(self) -> bool:
         """Start the worker unless one holds the spool's worker lock; True when started."""
+        if self._process is not None and self._process.poll() is None:
+            return False  # ours is starting (not holding its lock yet) or running
+        self._register()
         fd = _try_lock(self.root / WORKER_LOCK)
         if fd is None:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
         _unlock(fd)
-        start_worker(self.root)
+        self._process = start_worker(self.root)
         return True
+
+    def capturing(self) -> Claim | None:
+        """Hold this while a window is captured: the worker starts no job meanwhile (at most
+        :data:`PAUSE_MAX_S`), so the window does not share the CPU with our own work.
+        Release the returned claim when the window ends."""
+        folder = self.root / CAPTURING
+        folder.mkdir(parents=True, exist_ok=True)
+        return _try_lock(folder / f"{os.getpid()}_{id(self)}.lock")
 
     def queued(self) -> list[Path]:
         """The job files still queued."""
@@ -209,6 +229,22 @@ class Worker:
         queue = self.root / QUEUE
         return sorted(queue.glob("*.json")) if queue.is_dir() else []
 
+    def capture_in_progress(self) -> bool:
+        """True while a training process captures a window (it holds a capturing lock)."""
+        folder = self.root / CAPTURING
+        for path in folder.glob("*.lock") if folder.is_dir() else []:
+            fd = _try_lock(path)
+            if fd is None:
+                return True
+            _unlock(fd)
+        return False
+
+    def wait_for_captures(self) -> None:
+        """Start no job while a window is being captured (at most :data:`PAUSE_MAX_S`)."""
+        deadline = time.monotonic() + PAUSE_MAX_S
+        while self.capture_in_progress() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def clients_alive(self) -> bool:
         """True while a training process that handed windows here is alive."""
         folder = self.root / CLIENTS
@@ -239,6 +275,7 @@ class Worker:
                 time.monotonic() - self._orphaned_since > job.upload_timeout_s
             ):
                 return done  # out of time: it stays in the spool for `sync`
+            self.wait_for_captures()
             process_job(self, job)
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -413,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
     )
     logging.getLogger("mlflow").setLevel(logging.WARNING)
+    if os.environ.get("NEURON_MLFLOW_WORKER_PRELOAD", "1") != "0":
+        # while the job warms up: the first window's summary and upload do not pay for it
+        import mlflow  # noqa: F401
+
+        import neuron_mlflow.engine.finish
+        import neuron_mlflow.sinks.mlflow_sink  # noqa: F401
     Worker(Path(args[0]).absolute()).loop()
     return 0
 
