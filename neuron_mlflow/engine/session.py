@@ -273,6 +273,7 @@ class ProfilingSession:
         self._closed = False
         self._disabled = False
         package_version()  # read once now, not at the first window's end
+        self.guarded(self.backend.describe)  # (platform.processor() runs `uname -p` once)
         self._worker = WorkerClient(self._spool.root)
         self._results = Results(self._worker)
         self._capturing_claim: Claim | None = None
