@@ -298,7 +298,13 @@ class OnDemand:
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
+            # wait for the last answers only when there are some to give: a server that
+            # stopped answering does not hold up the end of the job
+            thread.join(timeout_s if self._pending() else 0.0)
+
+    def _pending(self) -> bool:
+        """Answers still to give (a request taken, not yet done; an answer not yet sent)."""
+        return bool(self._accepted or self._outbox or self._inbox or self._file_out)
 
     # -- the training thread --------------------------------------------------------
 
@@ -389,7 +395,8 @@ class OnDemand:
     def _loop(self) -> None:
         while not self._stop.wait(self.config.poll_s):
             self.poll()
-        self.poll()  # the last answers (done) go out before the job ends
+        if self._pending():
+            self.poll()  # the last answers (done) go out before the job ends
 
     def poll(self) -> None:
         """One round: read the file and the run's tag, write answers, heartbeat, step time."""
@@ -552,6 +559,9 @@ class OnDemand:
                     self._outbox.extendleft(reversed(statuses))  # sent at the next poll
                     raise
         except Exception as exc:
+            from neuron_mlflow.sinks.reachability import forget
+
+            forget(uri)  # the next poll checks the server again (short, then backs off)
             log.debug("neuron-mlflow: capture poll of run %s failed: %s", run_id, exc)
 
 

@@ -307,3 +307,26 @@ def test_ddp_ranks_take_the_same_steps(mlflow_server: str, tmp_path) -> None:
         assert {f"{path}/traces/rank_0", f"{path}/traces/rank_1"} <= set(files), files
     finally:
         job.stop()
+
+
+@pytest.mark.slow
+def test_requests_resume_when_the_server_is_back(mlflow_server: str, tmp_path) -> None:
+    from tests.engine.proxy import Proxy
+
+    proxy = Proxy(int(mlflow_server.rsplit(":", 1)[1]))
+    job = Job(proxy.uri, tmp_path, "requests", "on-demand-down")
+    job.client = MlflowClient(mlflow_server)  # the test talks to the server directly
+    client = job.client
+    try:
+        _wait_for(lambda: "neuron_mlflow.capture.heartbeat.rank.0" in job.tags(), 60)
+        proxy.hang = True  # the server stops answering the job
+        client.set_tag(job.run_id, CAPTURE_REQUEST_TAG, '{"steps": 2, "id": "while-down"}')
+        time.sleep(5 * POLL_S)
+        assert job.proc.poll() is None  # the job goes on
+        beat = json.loads(job.tags()["neuron_mlflow.capture.heartbeat.rank.0"])
+        proxy.resume()
+        assert job.answer("while-down").startswith("done: ")  # read once the server is back
+        later = json.loads(job.tags()["neuron_mlflow.capture.heartbeat.rank.0"])
+        assert later["step"] > beat["step"]
+    finally:
+        job.stop()
