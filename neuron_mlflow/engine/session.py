@@ -275,6 +275,8 @@ class ProfilingSession:
         package_version()  # read once now, not at the first window's end
         self.guarded(self.backend.describe)  # (platform.processor() runs `uname -p` once)
         self._worker = WorkerClient(self._spool.root)
+        if self._next_start is not None:  # the worker imports MLflow before the first window
+            self.guarded(self._worker.ensure_running)
         self._results = Results(self._worker)
         self._capturing_claim: Claim | None = None
         self._capture_ranks = capture_ranks
@@ -581,7 +583,7 @@ class ProfilingSession:
         )
         capture.host_load = sample_host_load()
         capture.reason = reason
-        self.guarded(self._worker.ensure_running)  # it imports while this window runs
+        self.guarded(self._worker.ensure_running)  # (started at set-up; again if it exited)
         self._capturing_claim = self.guarded(self._worker.capturing)
         self.guarded(capture.start)
         if capture.prof is not None:

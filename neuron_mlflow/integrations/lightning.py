@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -40,6 +41,7 @@ from neuron_mlflow.engine.runs import open_run
 from neuron_mlflow.engine.session import ProfilingSession
 from neuron_mlflow.engine.stages import StageWindows, check_ranks
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
+from neuron_mlflow.engine.worker import WorkerClient
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, check_stages, hooks_of
 from neuron_mlflow.summary.ops import OpSummary
@@ -87,6 +89,7 @@ class NeuronProfilerCallback(Callback):
         self._job_id: str | None = None
         self._windows = {stage: self._stage_windows(stage) for stage in STAGES}
         self._optimizer_steps = 0
+        self._worker: WorkerClient | None = None
 
     def _stage_windows(self, stage: str) -> StageWindows:
         return StageWindows(self.config, self.prefix(stage), lambda: self._session(stage))
@@ -181,6 +184,10 @@ class NeuronProfilerCallback(Callback):
                 windows, rank=trainer.global_rank, world_size=trainer.world_size,
                 run_id=run_id, tracking_uri=uri,
             )  # fmt: skip
+        captures = self.ranks is None or trainer.global_rank in self.ranks
+        if captures and self._worker is None:  # it imports MLflow before the first window
+            self._worker = WorkerClient(Path(self.config.local_dir).absolute())
+            self._worker.ensure_running()
         if self._system is None and self._run is not None and self._run[1] is not None:
             uri, run_id = self._run
             self._system = start_system_metrics(
@@ -203,6 +210,9 @@ class NeuronProfilerCallback(Callback):
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         for windows in self._windows.values():
             self._guard(windows.close)  # waits at most upload_timeout_s for the uploads
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            worker.close()
             watch, windows.watch = windows.watch, None
             if watch is not None:
                 self._guard(watch.close)  # its last poll answers the requests it took
