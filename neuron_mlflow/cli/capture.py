@@ -74,6 +74,20 @@ def start_step(beats: dict[int, dict[str, Any]], roundup: int, now: float) -> in
     return int(math.ceil(target / roundup) * roundup)
 
 
+def _next_heartbeats(
+    client: Any, run_id: str, beats: dict[int, dict[str, Any]]
+) -> dict[int, dict[str, Any]]:
+    """Wait (at most 2 x poll_s) for heartbeats that carry a step rate."""
+    poll_s = max(float(b.get("poll_s") or 0.0) for b in beats.values())
+    deadline = time.monotonic() + 2 * poll_s
+    while time.monotonic() < deadline:
+        time.sleep(min(0.25, poll_s / 2))
+        fresh = heartbeats(client.get_run(run_id).data.tags)
+        if any(b.get("steps_per_s") for b in fresh.values()):
+            return fresh
+    return beats
+
+
 def run_capture(args: argparse.Namespace) -> int:
     """The ``capture`` verb (see the module docstring)."""
     from mlflow import MlflowClient
@@ -95,6 +109,8 @@ def run_capture(args: argparse.Namespace) -> int:
         print(f"neuron-mlflow capture: cannot reach MLflow: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     beats = heartbeats(run.data.tags)
+    if args.at_step is None and beats and not any(b.get("steps_per_s") for b in beats.values()):
+        beats = _next_heartbeats(client, args.run_id, beats)  # a first beat has no rate yet
     at_step = args.at_step
     if at_step is None:
         at_step = start_step(beats, args.roundup, time.time())

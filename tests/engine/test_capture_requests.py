@@ -330,3 +330,29 @@ def test_requests_resume_when_the_server_is_back(mlflow_server: str, tmp_path) -
         assert later["step"] > beat["step"]
     finally:
         job.stop()
+
+
+def test_a_rank_that_does_not_capture_refuses_and_says_why(tmp_path: Path) -> None:
+    from neuron_mlflow.engine.capture_requests import start_for_stage
+    from neuron_mlflow.engine.stages import StageWindows
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    config = nm.ProfilerConfig(
+        backend="cpu", local_dir=str(spool), poll_s=0.05, capture_signal=None,
+        schedule=nm.Schedule(skip_first=10**9),
+    )  # fmt: skip
+    windows = StageWindows(config, "profile/train", lambda: None)  # this rank: no session
+    windows.watch = start_for_stage(windows, rank=0, world_size=2, run_id=None, tracking_uri=None)
+    (spool / "capture").write_text('{"id": "off-here"}')
+    step = 0
+    deadline = time.monotonic() + 30
+    while not any("off-here" in s for s in _statuses(spool)) and time.monotonic() < deadline:
+        windows.begin(step)
+        windows.end(step + 1)
+        step += 1
+        time.sleep(0.005)
+    windows.watch.close()
+    assert _statuses(spool) == [
+        "refused: this rank does not capture (ranks, stages or off) (request off-here)"
+    ]
