@@ -181,6 +181,14 @@ class ProfilerConfig(BaseSettings):
         upload_timeout_s: how long the end of a session (``close()``, the callback's
             ``teardown``, process exit) waits for the background uploads; what is left stays
             in the spool for ``neuron-mlflow sync``.
+        poll_s: how often a background thread reads capture requests (the run tag
+            ``neuron_mlflow.capture.request``, the file ``<local_dir>/capture``), answers
+            them and writes the heartbeat; ``0`` turns polling off (docs/on-demand.md).
+        trigger: :class:`~neuron_mlflow.config.triggers.SlowSteps`: take a window when
+            steps slow down; ``None``: off.
+        capture_signal: the signal that asks for a window (``SIGUSR2``), installed only
+            where the job has no handler for it; ``None``: off.
+        max_request_steps: the most steps (recorded or warm-up) a request may ask for.
 
     Raises:
         ConfigError: a value is invalid; the message names field, value and what is allowed.
