@@ -146,6 +146,26 @@ def trace_folder(rank: int) -> str:
 
 REPORT_FILE = "report.html"  # a window's interactive report, next to its summary.md
 COMPARISON_HTML, COMPARISON_MARKDOWN = "comparison.html", "comparison.md"  # compare --log-to
+TAG_PREFIX = "neuron_mlflow."
+"""Every run tag of ours starts with this."""
+JOB_TAG = f"{TAG_PREFIX}job_id"
+"""The job a run belongs to (every rank's windows of one job land in one run)."""
+CONFIG_CHANGED_TAG = f"{TAG_PREFIX}config_changed"
+"""``<this>/<prefix>``: a later window's config differs from the run's params."""
+DEVICE_TIME_SOURCE_TAG = f"{TAG_PREFIX}device_time_source"
+"""Where the device time came from: ``trace``, ``key_averages`` or ``none``."""
+
+
+def run_tag(name: str) -> str:
+    """Our run tag ``name`` (``backend``, ``host``, ``rank``...).
+
+    Example:
+        >>> run_tag("backend")
+        'neuron_mlflow.backend'
+    """
+    return TAG_PREFIX + name
+
+
 STEPS_FILE = "steps.jsonl"  # a window's per-step samples (neuron_mlflow/trace/step_samples.py)
 STEP_STATS_KEY = "step_stats"
 """Key, in ``OpSummary.extra``, of the per-step median and IQR of the headline times."""

@@ -1,4 +1,6 @@
-"""The structure checks CI runs with the tests: import layers, types, lint, module size.
+"""The structure checks CI runs with the tests: import layers, types, lint.
+
+There is no module-size limit: a module holds one concept, however long that is.
 
 Each tool runs as a subprocess from the venv's ``bin`` (the README's test command runs them
 this way in CI, through ``.ci/run``); a test fails with the tool's own report.
@@ -15,7 +17,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PACKAGE = ROOT / "neuron_mlflow"
-MAX_LINES = 330  # "about 300" lines per module
 ROOT_MODULES = {"__init__.py", "errors.py", "naming.py", "schedule.py"}
 
 
@@ -42,15 +43,6 @@ def test_mypy_passes() -> None:
 def test_ruff_check_passes() -> None:
     result = _run("ruff", "check", ".")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-
-
-def test_modules_are_about_300_lines_at_most() -> None:
-    long = {
-        str(path.relative_to(ROOT)): n
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if (n := len(path.read_text().splitlines())) > MAX_LINES
-    }
-    assert long == {}
 
 
 def test_the_package_root_holds_only_the_api_config_errors_naming_and_schedule() -> None:

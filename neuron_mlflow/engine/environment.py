@@ -13,7 +13,7 @@ import os
 import socket
 from importlib import metadata
 
-TAG_PREFIX = "neuron_mlflow."
+from neuron_mlflow.naming import TAG_PREFIX
 
 
 @functools.cache  # read once: a metadata lookup scans site-packages (ms, at every window end)
@@ -45,7 +45,9 @@ def rank_and_world_size() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def environment_tags(backend_facts: dict[str, str], rank: int = 0, world_size: int = 1) -> dict:
+def environment_tags(
+    backend_facts: dict[str, str], rank: int = 0, world_size: int = 1
+) -> dict[str, str]:
     """Run tags: backend facts plus torch and neuron-mlflow versions, host, rank, world size.
 
     Args:

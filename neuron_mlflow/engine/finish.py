@@ -46,13 +46,15 @@ from neuron_mlflow.capture.backends import BACKENDS, Backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.environment import TAG_PREFIX, environment_tags
+from neuron_mlflow.engine.environment import environment_tags
 from neuron_mlflow.engine.guard import guarded
 from neuron_mlflow.engine.host_load import host_load_tags, sample_host_load
 from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.window import WindowSpec, write_summary
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
 from neuron_mlflow.naming import (
+    DEVICE_TIME_SOURCE_TAG,
+    TAG_PREFIX,
     param_key,
     partial_tag,
     rank_metrics,
@@ -61,8 +63,6 @@ from neuron_mlflow.naming import (
 )
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import OpSummary, build_summary
-
-DEVICE_TIME_SOURCE_TAG = f"{TAG_PREFIX}device_time_source"
 
 
 @dataclass

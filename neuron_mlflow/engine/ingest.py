@@ -18,7 +18,7 @@ from typing import Any
 from neuron_mlflow.engine.environment import package_version
 from neuron_mlflow.engine.window import WindowSpec, assemble_window
 from neuron_mlflow.errors import IngestError
-from neuron_mlflow.naming import rank_metrics, trace_folder
+from neuron_mlflow.naming import rank_metrics, run_tag, trace_folder
 from neuron_mlflow.sinks.spool import ARTIFACTS, Spool, WindowRecord
 from neuron_mlflow.trace.summarize import TraceResult, summarize_trace
 
@@ -93,12 +93,12 @@ def spool_traces(
     for rank, (_, result) in ranks.items():
         rank_values.update(rank_metrics(prefix, rank, result.summary))
     tags = {
-        "neuron_mlflow.source": "ingest",
-        "neuron_mlflow.version": package_version(),
-        "neuron_mlflow.world_size": str(len(ranks)),
+        run_tag("source"): "ingest",
+        run_tag("version"): package_version(),
+        run_tag("world_size"): str(len(ranks)),
     }
     if summary.device_label:
-        tags["neuron_mlflow.device"] = summary.device_label
+        tags[run_tag("device")] = summary.device_label
     spool = Spool(local_dir.absolute())
     session_dir = spool.new_session_dir()
     staged = Spool.capture_dir(session_dir, 0)

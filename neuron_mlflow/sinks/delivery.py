@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neuron_mlflow.naming import CONFIG_CHANGED_TAG
 from neuron_mlflow.sinks.spool import WindowRecord
 from neuron_mlflow.sinks.window_record import Window
 
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 METRICS_PER_CALL = 1000
 PARAMS_PER_CALL = 100
 TAGS_PER_CALL = 100
-CONFIG_CHANGED_TAG = "neuron_mlflow.config_changed"
 
 
 @dataclass

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from neuron_mlflow.naming import JOB_TAG
 from neuron_mlflow.sinks import delivery, reachability
 from neuron_mlflow.sinks.delivery import METRICS_PER_CALL, PARAMS_PER_CALL, TAGS_PER_CALL
 from neuron_mlflow.sinks.spool import WindowRecord
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["METRICS_PER_CALL", "PARAMS_PER_CALL", "TAGS_PER_CALL", "JOB_TAG", "MlflowSink"]
 
-JOB_TAG = "neuron_mlflow.job_id"
 """Tag naming the job a run was created for by ``sync`` (one run per job, all ranks)."""
 
 
@@ -128,7 +128,7 @@ class MlflowSink:
             run = self.client.create_run(experiment_id, run_name=run_name, tags=tags or {})
             self.client.set_terminated(run.info.run_id)
         self._runs[run.info.run_id] = delivery.RunState(tags=dict(tags or {}))
-        return run.info.run_id
+        return str(run.info.run_id)
 
     def job_run(
         self,
@@ -150,7 +150,7 @@ class MlflowSink:
                 [experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{job_id}'", max_results=1
             )
         if found:
-            return found[0].info.run_id
+            return str(found[0].info.run_id)
         return self.create_run(
             experiment_name, run_name, {**(tags or {}), JOB_TAG: job_id}, experiment_id
         )

@@ -113,7 +113,7 @@ def upload_pending(
     Each window goes into its original run when that run exists on the tracking server, else
     into the run of its job (every rank of an offline job shares one job id, decided by rank
     0), created once and found again by its tag
-    :data:`~neuron_mlflow.sinks.mlflow_sink.JOB_TAG`. Windows already done are never
+    :data:`~neuron_mlflow.naming.JOB_TAG`. Windows already done are never
     uploaded again; a window cut short by a crash is resumed chunk by chunk.
 
     Args:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.errors import CompareError
-from neuron_mlflow.naming import HOST_LOAD_TAGS, STEPS_FILE
+from neuron_mlflow.naming import HOST_LOAD_TAGS, STEPS_FILE, run_tag
 from neuron_mlflow.summary.comparison import (
     HEADLINE,
     SAMPLED,
@@ -68,7 +68,7 @@ def _read(client: Any, run_id: str, path: str, tmp: str) -> str | None:
 
 def _window_samples(
     client: Any, run_id: str, window: str, tmp: str
-) -> tuple[dict[str, list[float]], dict[str, str], dict | None]:
+) -> tuple[dict[str, list[float]], dict[str, str], dict[str, Any] | None]:
     """One window: series -> per-step values, raw op name -> key, and its summary.json."""
     files = set()
     with contextlib.suppress(Exception):
@@ -91,7 +91,7 @@ def _window_samples(
             values = [float(r[metric]) for r in heads if r.get(metric) is not None]
             if values:
                 series[metric] = values
-        by_op: dict[str, dict[int, dict]] = {}
+        by_op: dict[str, dict[int, dict[str, Any]]] = {}
         for row in ops:
             keys[row["op"]] = row.get("key") or row["op"]
             by_op.setdefault(keys[row["op"]], {})[row["step"]] = row
@@ -116,7 +116,9 @@ def _window_samples(
     return series, keys, summary
 
 
-def _history_samples(client: Any, run_id: str, prefix: str, metrics: dict) -> RunSamples:
+def _history_samples(
+    client: Any, run_id: str, prefix: str, metrics: dict[str, float]
+) -> RunSamples:
     """A run without window artifacts: one value per logged window, from the metric history."""
     samples: RunSamples = {}
     for metric in SAMPLED:
@@ -139,14 +141,14 @@ def _history_samples(client: Any, run_id: str, prefix: str, metrics: dict) -> Ru
 
 
 def _read_run(
-    client: Any, run_id: str, prefix: str, metrics: dict
+    client: Any, run_id: str, prefix: str, metrics: dict[str, float]
 ) -> tuple[RunSamples, dict[str, dict[str, float]]]:
     """Every window's samples of the run, and the latest window's ops (for display)."""
     samples: RunSamples = {}
     ops: dict[str, dict[str, float]] = {}
     windows = _windows(client, run_id, prefix)
     with tempfile.TemporaryDirectory(prefix="neuron-mlflow-profile-") as tmp:
-        latest: tuple[dict[str, str], dict | None] = ({}, None)
+        latest: tuple[dict[str, str], dict[str, Any] | None] = ({}, None)
         for window in windows:
             series, keys, summary = _window_samples(client, run_id, window, tmp)
             for name, values in series.items():
@@ -210,7 +212,7 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
         prefix=prefix,
         headline=headline,
         ops=ops,
-        backend=run.data.tags.get("neuron_mlflow.backend"),
+        backend=run.data.tags.get(run_tag("backend")),
         prefixes=prefixes,
         samples=[samples],
         tags=tags,

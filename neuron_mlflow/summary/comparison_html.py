@@ -31,7 +31,6 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping
-from pathlib import Path
 
 from neuron_mlflow.summary.comparison import (
     Comparison,
@@ -157,9 +156,9 @@ def _forest(c: Comparison) -> str:
     rows = [r for r in stat_rows(c) if r["estimate"] is not None and r["estimate"].low]
     heads = [r for r in rows if not r["what"].startswith("op ")]
     ops = [r for r in rows if r["what"].startswith("op ")]
-    kept_ops: list = []
+    kept_ops = []
     for run in {id(r["run"]): r["run"] for r in ops}.values():
-        kept_ops += [r for r in ops if r["run"] is run][:FOREST_OPS]
+        kept_ops.extend([r for r in ops if r["run"] is run][:FOREST_OPS])
     rows = heads + kept_ops
     if not rows:
         return '<p class="muted" id="nm-forest">No intervals: too few samples on a side.</p>'
@@ -287,13 +286,6 @@ def render_comparison_html(
         f"{_totals(c)}<h2>Per operator ({html.escape(field)} per step)</h2>{ops_html}"
     )
     return page(title, body, {"op_max": top}, ("comparison.js",))
-
-
-def write_comparison_html(path: str | Path, comparison: Comparison, **kwargs: object) -> Path:
-    """Write :func:`render_comparison_html` to ``path``; return it."""
-    target = Path(path)
-    target.write_text(render_comparison_html(comparison, **kwargs), encoding="utf-8")  # type: ignore[arg-type]
-    return target
 
 
 def comparison_report(

@@ -211,7 +211,7 @@ class TraceStream:
             if _NEXT_EVENT.match(text, end + 1):
                 return end + 1
 
-    def _batches(self) -> Iterator[list]:
+    def _batches(self) -> Iterator[list[Any]]:
         """Lists of events decoded together; falls back to one at a time where needed."""
         decoder = _TYPED if self.typed else _UNTYPED
         self._expect("[")
@@ -253,7 +253,7 @@ class TraceStream:
                 if event is not None and (self.typed or isinstance(event, dict)):
                     yield event
 
-    def batches(self) -> Iterator[list]:
+    def batches(self) -> Iterator[list[Any]]:
         """The events in lists as decoded (the fastest way through a file).
 
         In typed mode an entry is ``None`` where an event's times are not numbers.

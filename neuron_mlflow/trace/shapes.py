@@ -58,7 +58,7 @@ def _conv2d(dims: list[Any], concrete: list[Any]) -> int | None:
     stride, padding, dilation = ([v[0], v[-1]] for v in (stride, padding, dilation))
     out_h = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     out_w = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    return 2 * n * out_h * out_w * kh * kw * c_in * c_out // groups[0]
+    return int(2 * n * out_h * out_w * kh * kw * c_in * c_out // groups[0])
 
 
 def flops(name: str, input_dims: str, concrete_inputs: str | None) -> int | None:
@@ -97,7 +97,7 @@ def flops(name: str, input_dims: str, concrete_inputs: str | None) -> int | None
     batched = name in ("aten::bmm", "aten::baddbmm")
     if len(a) != 2 + batched or len(b) != 2 + batched or a[-1] == 0 or (batched and a[0] == 0):
         return None
-    return 2 * math.prod(a) // a[-1] // (a[0] if batched else 1) * math.prod(b)
+    return int(2 * math.prod(a) // a[-1] // (a[0] if batched else 1) * math.prod(b))
 
 
 def shapes_text(input_dims: str) -> str:

@@ -96,7 +96,9 @@ def _summary(artifacts_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def step_samples(trace: Path, recorded_steps: int | None = None) -> tuple[list[Step], bool, list]:
+def step_samples(
+    trace: Path, recorded_steps: int | None = None
+) -> tuple[list[Step], bool, list[str]]:
     """The steps of one trace (see the module docstring).
 
     Returns:

@@ -103,7 +103,7 @@ class Totals:
     variant_ids: dict[tuple[str, bytes, bytes], int] = field(default_factory=dict)
     shapes: dict[int, str] = field(default_factory=dict)
     flops: dict[int, int] = field(default_factory=dict)
-    memory: dict[Any, tuple[array, array, array]] = field(default_factory=dict)
+    memory: dict[Any, tuple[array[Any], array[Any], array[Any]]] = field(default_factory=dict)
     step_ranges: list[tuple[float, float]] = field(default_factory=list)
 
     def add_name(self, name: str) -> int:

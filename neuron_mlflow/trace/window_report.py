@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.errors import TraceFormatError
-from neuron_mlflow.naming import REPORT_FILE
+from neuron_mlflow.naming import REPORT_FILE, run_tag
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import BUDGET_BYTES, write_report
 from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline, number_steps
@@ -36,12 +36,12 @@ logger = logging.getLogger("neuron_mlflow")
 
 _RANK = re.compile(r"rank_(\d+)")
 _TAGS = (
-    ("backend", "neuron_mlflow.backend"),
-    ("device", "neuron_mlflow.device"),
-    ("host", "neuron_mlflow.host"),
-    ("rank", "neuron_mlflow.rank"),
-    ("world size", "neuron_mlflow.world_size"),
-    ("source", "neuron_mlflow.source"),
+    ("backend", run_tag("backend")),
+    ("device", run_tag("device")),
+    ("host", run_tag("host")),
+    ("rank", run_tag("rank")),
+    ("world size", run_tag("world_size")),
+    ("source", run_tag("source")),
 )
 
 
@@ -60,7 +60,7 @@ def window_trace(artifacts_dir: Path) -> Path | None:
     return min(found, key=order) if found else None
 
 
-def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict:
+def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
     """The report's header from a window's manifest: backend, device, window, ids, versions.
 
     Args:
@@ -75,8 +75,8 @@ def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict:
     header["window id"] = manifest.get("artifact_path")
     header["run"] = run_id or manifest.get("run_id") or manifest.get("run_name")
     header.update({k: tags.get(tag) for k, tag in _TAGS[2:]})
-    header["neuron-mlflow"] = tags.get("neuron_mlflow.version")
-    header["torch"] = tags.get("neuron_mlflow.torch_version")
+    header["neuron-mlflow"] = tags.get(run_tag("version"))
+    header["torch"] = tags.get(run_tag("torch_version"))
     return {k: v for k, v in header.items() if v not in (None, "")}
 
 

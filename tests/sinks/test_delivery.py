@@ -8,8 +8,9 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from neuron_mlflow.sinks.delivery import CONFIG_CHANGED_TAG, metric_chunks
-from neuron_mlflow.sinks.mlflow_sink import JOB_TAG, MlflowSink
+from neuron_mlflow.naming import CONFIG_CHANGED_TAG, JOB_TAG
+from neuron_mlflow.sinks.delivery import metric_chunks
+from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 from neuron_mlflow.sinks.pending import upload_pending
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.sinks.window_record import UploadProgress, WindowState

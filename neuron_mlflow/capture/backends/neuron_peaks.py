@@ -67,10 +67,6 @@ class ChipPeak:
         chip = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp32": self.fp32_tflops}
         return chip[dtype] / self.logical_cores(lnc)
 
-    def core_hbm_bytes_per_s(self, lnc: int | None = None) -> float:
-        """HBM bandwidth share of one logical NeuronCore (not documented per core: derived)."""
-        return self.hbm_bytes_per_s / self.logical_cores(lnc)
-
 
 PEAKS: dict[str, ChipPeak] = {
     # Trn1: 2 NC-v2 per chip, no LNC; BF16 190 (cFP8 190, FP32 47.5); 820 GiB/s HBM
