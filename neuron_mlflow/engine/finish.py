@@ -36,11 +36,13 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import socket
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from neuron_mlflow.capture.backends import BACKENDS, Backend
 from neuron_mlflow.capture.live import LiveWindow
@@ -116,7 +118,7 @@ def spool_live(end: LiveEnd) -> WindowRecord:
         tags[partial_tag(artifact_path)] = "true"
     errors = [*capture.errors, *([end.error] if end.error else [])]
     document = {
-        "config": config.model_dump(mode="json"),
+        "config": _config_document(config),
         "environment": dict(tags),
         "errors": errors,
         "reason": capture.reason,
@@ -154,7 +156,7 @@ def spool_live(end: LiveEnd) -> WindowRecord:
         metric_step=capture.last_recorded if end.metric_step is None else end.metric_step,
         params={
             param_key(end.prefix, k): v
-            for k, v in config.applicable_params(capture.backend.name).items()
+            for k, v in _applicable_params(config, capture.backend.name).items()
         },
         tags=tags,
         document=document,
@@ -165,6 +167,29 @@ def spool_live(end: LiveEnd) -> WindowRecord:
         capture.staging / "artifacts"
     )
     return record
+
+
+_CONFIG_CACHE: dict[int, tuple[ProfilerConfig, dict[str, Any], dict[str, dict[str, str]]]] = {}
+
+
+def _cached(config: ProfilerConfig) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """A config's JSON document and params (it never changes once a session has it): made
+    once, not at every window's end."""
+    entry = _CONFIG_CACHE.get(id(config))
+    if entry is None or entry[0] is not config:
+        entry = _CONFIG_CACHE[id(config)] = (config, config.model_dump(mode="json"), {})
+    return entry[1], entry[2]
+
+
+def _config_document(config: ProfilerConfig) -> dict[str, Any]:
+    return copy.deepcopy(_cached(config)[0])
+
+
+def _applicable_params(config: ProfilerConfig, backend: str) -> dict[str, str]:
+    params = _cached(config)[1]
+    if backend not in params:
+        params[backend] = config.applicable_params(backend)
+    return params[backend]
 
 
 def _tracking_uri(target: RunTarget | None) -> str | None:

@@ -222,6 +222,14 @@ def decode_window(raw: bytes, where: str) -> Window:
         ) from exc
 
 
+# msgspec builds its converter for a type on first use (about a millisecond): here, at import,
+# not in the step that ends the first window
+msgspec.convert(
+    {"state": "spooled", "artifact_path": "p", "session": "s", "created": "", "captured_ms": 0},
+    Window,
+)
+
+
 def window_view(window: Window) -> dict[str, Any]:
     """The record as plain JSON data, with ``status``, ``summarised`` and ``window`` (the
     facts) as the first release named them: for readers of plain data (report headers)."""
