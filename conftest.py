@@ -44,3 +44,13 @@ def _isolated(tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("NEURON_MLFLOW_WORKER_PRELOAD", "0")  # imports on first use instead
     while mlflow.active_run() is not None:
         mlflow.end_run()
+
+
+@pytest.fixture(autouse=True)
+def _default_sigusr2() -> None:
+    """A test starts with SIGUSR2 at its default: a session an earlier test never closed (a
+    decorated function) may still have its capture-request handler installed."""
+    import signal
+
+    if hasattr(signal, "SIGUSR2"):
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)

@@ -100,7 +100,8 @@ def test_invalid_yaml_value_is_reported_with_its_field(tmp_path, monkeypatch) ->
         ({"metric_prefix": "x/../y"}, "metric_prefix: got 'x/../y'; Value error, path segments"),
         (
             {"nonsense": 1},
-            "nonsense: unknown field (got 1); allowed fields: backend, capture_signal, experiment_name",
+            "nonsense: unknown field (got 1); allowed fields: backend, capture_signal, "
+            "experiment_name",
         ),
         (
             {"schedule": {"activ": 2}},
