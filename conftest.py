@@ -52,5 +52,9 @@ def _default_sigusr2() -> None:
     decorated function) may still have its capture-request handler installed."""
     import signal
 
+    from neuron_mlflow.engine import capture_requests
+
+    capture_requests._signal_targets.clear()  # process-wide, as MLflow's active experiment
+    capture_requests._installed.clear()
     if hasattr(signal, "SIGUSR2"):
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)

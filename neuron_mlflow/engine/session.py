@@ -276,7 +276,8 @@ class ProfilingSession:
         self.guarded(self.backend.describe)  # (platform.processor() runs `uname -p` once)
         self._worker = WorkerClient(self._spool.root)
         if self._next_start is not None:  # the worker imports MLflow before the first window
-            self.guarded(self._worker.ensure_running)
+            with suppress(Exception):  # early is a bonus: the first window starts it anyway
+                self._worker.ensure_running()
         self._results = Results(self._worker)
         self._capturing_claim: Claim | None = None
         self._capture_ranks = capture_ranks

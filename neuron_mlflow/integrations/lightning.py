@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -187,7 +188,8 @@ class NeuronProfilerCallback(Callback):
         captures = self.ranks is None or trainer.global_rank in self.ranks
         if captures and self._worker is None:  # it imports MLflow before the first window
             self._worker = WorkerClient(Path(self.config.local_dir).absolute())
-            self._worker.ensure_running()
+            with contextlib.suppress(Exception):  # early is a bonus: a window starts it too
+                self._worker.ensure_running()
         if self._system is None and self._run is not None and self._run[1] is not None:
             uri, run_id = self._run
             self._system = start_system_metrics(
