@@ -125,7 +125,7 @@ class Results:
                 handed.record = record
             except (OSError, ValueError, KeyError):
                 return False
-        if record.window.handled:
+        if record.window.handled or record.status == "done":  # (done by `sync`, maybe)
             handed.record = record
             handed.finished = True
             return True
@@ -586,7 +586,11 @@ class ProfilingSession:
         capture.reason = reason
         self.guarded(self._worker.ensure_running)  # (started at set-up; again if it exited)
         self._capturing_claim = self.guarded(self._worker.capturing)
-        self.guarded(capture.start)
+        try:
+            self.guarded(capture.start)
+        finally:
+            if capture.prof is None:  # it did not start (strict mode raised, or off)
+                self._end_capturing()
         if capture.prof is not None:
             self._capture = capture
             _capturing.add(self)
@@ -602,9 +606,11 @@ class ProfilingSession:
             return None
         self._capture = None
         _capturing.discard(self)
-        self.guarded(capture.exit_marker)
-        self.guarded(capture.stop)
-        self._end_capturing()
+        try:
+            self.guarded(capture.exit_marker)
+            self.guarded(capture.stop)
+        finally:
+            self._end_capturing()
         if capture.recorded_steps == 0:
             # Interrupted during warm-up: nothing was recorded.
             shutil.rmtree(capture.staging, ignore_errors=True)

@@ -57,6 +57,12 @@ WORKER_LOG = "worker.log"
 IDLE_S = float(os.environ.get("NEURON_MLFLOW_WORKER_IDLE_S", "60"))
 """How long a worker with living clients waits for work before it exits (a later window
 starts a new one)."""
+STARTING_S = 2.0
+"""A worker this client started less than this ago is still starting (it takes the lock
+first thing): no second one is started meanwhile."""
+MAX_ATTEMPTS = 3
+"""A job whose worker died this often (a trace that kills it) is given up: the window is
+marked failed, with the reason, for ``sync``."""
 SKEW_WAIT_S = 30.0
 """How long rank 0's worker waits for the other ranks' times before it logs the skew."""
 
@@ -93,6 +99,7 @@ class Job(msgspec.Struct, frozen=True):
     upload: bool = True
     upload_timeout_s: float = 60.0
     skew: SkewRequest | None = None
+    attempts: int = 0
 
 
 def _try_lock(path: Path) -> Claim | None:
@@ -121,6 +128,7 @@ class WorkerClient:
         self.root = root
         self._client_fd: Claim | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
 
     def _register(self) -> None:
         if self._client_fd is not None:
@@ -147,14 +155,16 @@ class WorkerClient:
 
     def ensure_running(self) -> bool:
         """Start the worker unless one holds the spool's worker lock; True when started."""
-        if self._process is not None and self._process.poll() is None:
-            return False  # ours is starting (not holding its lock yet) or running
         self._register()
         fd = _try_lock(self.root / WORKER_LOCK)
         if fd is None:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
         _unlock(fd)
+        starting = self._process is not None and self._process.poll() is None
+        if starting and time.monotonic() - self._started < STARTING_S:
+            return False  # ours is starting: it takes the lock within moments
         self._process = start_worker(self.root)
+        self._started = time.monotonic()
         return True
 
     def capturing(self) -> Claim | None:
@@ -223,6 +233,7 @@ class Worker:
     _followups: list[_Pending] = field(default_factory=list)
     _orphaned_since: float | None = None
     _max_timeout_s: float = 0.0
+    _followups_at: float = 0.0
 
     def jobs(self) -> list[Path]:
         """The queued job files, oldest first."""
@@ -276,7 +287,13 @@ class Worker:
             ):
                 return done  # out of time: it stays in the spool for `sync`
             self.wait_for_captures()
-            process_job(self, job)
+            if job.attempts >= MAX_ATTEMPTS:
+                give_up(self, job)
+            else:  # counted first: a job that kills the worker is not retried forever
+                again = msgspec.structs.replace(job, attempts=job.attempts + 1)
+                path.write_bytes(msgspec.json.encode(again))
+                if not process_job(self, job):
+                    break  # `sync` holds the window: the job stays, tried again later
             with contextlib.suppress(OSError):
                 path.unlink()
             done += 1
@@ -285,6 +302,9 @@ class Worker:
 
     def _run_followups(self, final: bool = False) -> None:
         now = time.monotonic()
+        if not final and now - self._followups_at < 2.0:
+            return  # each look is a few MLflow requests: every 2 s is enough
+        self._followups_at = now
         left = []
         for pending in self._followups:
             logged = log_rank_skew(pending, final=final or now > pending.deadline)
@@ -292,9 +312,13 @@ class Worker:
                 left.append(pending)
         self._followups = left
 
-    def loop(self) -> None:
-        """Serve the queue until idle with no clients (or out of time), then exit."""
-        lock = _try_lock(self.root / WORKER_LOCK)
+    def loop(self, lock: Claim | None = None) -> None:
+        """Serve the queue until idle with no clients (or out of time), then exit.
+
+        Args:
+            lock: the spool's worker lock, already taken (``main`` takes it first).
+        """
+        lock = lock or _try_lock(self.root / WORKER_LOCK)
         if lock is None:
             return  # another worker serves this spool
         last_work = time.monotonic()
@@ -336,7 +360,16 @@ class Worker:
             _unlock(lock)
 
 
-def process_job(worker: Worker, job: Job) -> None:
+def give_up(worker: Worker, job: Job) -> None:
+    """The job killed the worker :data:`MAX_ATTEMPTS` times: its window is marked failed."""
+    with contextlib.suppress(Exception):
+        record = WindowRecord.load(worker.root / job.window)
+        record.failed(f"the worker process died {job.attempts} times on this window")
+        record.handled()
+    log.warning("neuron-mlflow worker: gave up on %s after %d attempts", job.window, job.attempts)
+
+
+def process_job(worker: Worker, job: Job) -> bool:
     """Summarise and (unless told not to) upload one window; never raises.
 
     The outcome is written into the window's record: its state (``summarised``,
@@ -351,10 +384,14 @@ def process_job(worker: Worker, job: Job) -> None:
         record = WindowRecord.load(path)
     except (OSError, ValueError) as exc:
         log.warning("neuron-mlflow worker: window %s is gone or unreadable (%s)", path, exc)
-        return
-    record.claim = claim(path)
+        return True
+    try:
+        record.claim = claim(path)
+    except OSError as exc:
+        log.warning("neuron-mlflow worker: window %s cannot be claimed (%s)", path, exc)
+        return True
     if record.claim is None:
-        return  # a `neuron-mlflow sync` holds it: it finishes the window
+        return False  # a `neuron-mlflow sync` holds it: the job waits for it
     try:
         record.reload()
         if not record.window.summarised:
@@ -366,9 +403,10 @@ def process_job(worker: Worker, job: Job) -> None:
                     f"its raw capture is kept at {record.path}"
                 )
                 log.warning("neuron-mlflow: %s", message)
+                record.reload()  # not the summary's half-made changes
                 record.failed(message)
                 record.handled()
-                return
+                return True
         if job.upload and record.status == "pending":
             run_id = _upload(worker, record)
             if run_id is not None and job.skew is not None:
@@ -385,6 +423,7 @@ def process_job(worker: Worker, job: Job) -> None:
             record.handled()
     finally:
         record.release()
+    return True
 
 
 def _cleanup(record: WindowRecord) -> None:
@@ -450,13 +489,17 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
     )
     logging.getLogger("mlflow").setLevel(logging.WARNING)
+    root = Path(args[0]).absolute()
+    lock = _try_lock(root / WORKER_LOCK)  # first: a worker that imports is already serving
+    if lock is None:
+        return 0  # another worker serves this spool
     if os.environ.get("NEURON_MLFLOW_WORKER_PRELOAD", "1") != "0":
         # while the job warms up: the first window's summary and upload do not pay for it
         import mlflow  # noqa: F401
 
         import neuron_mlflow.engine.finish
         import neuron_mlflow.sinks.mlflow_sink  # noqa: F401
-    Worker(Path(args[0]).absolute()).loop()
+    Worker(root).loop(lock)
     return 0
 
 

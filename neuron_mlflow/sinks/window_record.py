@@ -179,8 +179,10 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
         data["state"] = (WindowState.SUMMARISED if summarised else WindowState.SPOOLED).value
     if "window" in data:
         data["facts"] = data.pop("window")
-    if not isinstance(data.get("captured_ms"), int | float):
-        data["captured_ms"] = _created_ms(data.get("created"))
+    stamp = data.get("captured_ms")
+    data["captured_ms"] = int(stamp) if isinstance(stamp, int | float) else _created_ms(
+        data.get("created")
+    )
     data["schema_version"] = SCHEMA_VERSION
     return data
 

@@ -53,18 +53,21 @@ def test_the_worker_finishes_a_dead_jobs_queue_once_and_exits(tmp_path, tracking
     assert [s for s, _ in metric_history(run_id, "profile/steps")] == steps
 
 
-def test_a_window_that_sync_holds_is_left_to_it(tmp_path, tracking_uri) -> None:
+def test_a_window_that_sync_holds_waits_for_it(tmp_path, tracking_uri) -> None:
     spool = _queued_spool(tmp_path, tracking_uri, windows=1)
     (record,) = list(Spool(spool).windows())
     held = claim(record.path)  # a `neuron-mlflow sync` in another terminal
     assert held is not None
     try:
-        assert Worker(spool).run_once() == 1
+        assert Worker(spool).run_once() == 0, "the worker leaves it to sync"
     finally:
         held.release()
     record.reload()
-    assert record.window.state.value == "spooled", "untouched: sync finishes it"
-    assert record.window.handled is False
+    assert record.window.state.value == "spooled" and record.window.handled is False
+    assert len(list((spool / QUEUE).glob("*.json"))) == 1, "the job stays for later"
+    assert Worker(spool).run_once() == 1  # sync let go (without finishing): the worker does
+    record.reload()
+    assert record.status == "done" and record.window.handled
 
 
 def test_an_unreadable_job_file_is_dropped(tmp_path, caplog) -> None:
