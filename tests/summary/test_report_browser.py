@@ -61,8 +61,9 @@ def recipe(mlflow_server: str, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 
 def _window(client: MlflowClient, run_id: str) -> str:
-    (window,) = [a.path for a in client.list_artifacts(run_id, "profile") if a.is_dir]
-    return window
+    """The run's last window (the recipe logs several)."""
+    windows = sorted(a.path for a in client.list_artifacts(run_id, "profile") if a.is_dir)
+    return windows[-1]
 
 
 def _open(browser: Any, recipe: dict[str, Any], run_id: str, path: str, ready: str):
