@@ -493,13 +493,16 @@ def main(argv: list[str] | None = None) -> int:
     lock = _try_lock(root / WORKER_LOCK)  # first: a worker that imports is already serving
     if lock is None:
         return 0  # another worker serves this spool
+    worker = Worker(root)
     if os.environ.get("NEURON_MLFLOW_WORKER_PRELOAD", "1") != "0":
-        # while the job warms up: the first window's summary and upload do not pay for it
+        # before the first job, so that it does not pay for them; never while a window is
+        # being captured (it would measure our imports)
+        worker.wait_for_captures()
         import mlflow  # noqa: F401
 
         import neuron_mlflow.engine.finish
         import neuron_mlflow.sinks.mlflow_sink  # noqa: F401
-    Worker(root).loop(lock)
+    worker.loop(lock)
     return 0
 
 

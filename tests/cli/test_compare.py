@@ -90,9 +90,12 @@ def test_regression_gate_passes_and_fails(rmsnorm_runs, monkeypatch, capsys) -> 
     slower, faster = (naive, fused) if naive_cpu > fused_cpu else (fused, naive)
     # two steps a window, one window a run: the gate cannot decide either way
     assert main(["compare", faster, faster, "--fail-above", "0"]) == 3
-    assert main(["compare", slower, "--baseline", faster, "--fail-above", "1"]) == 3
+    # the recipe's 3 windows of 20 steps: the gate decides (a real difference), or says why not
+    code = main(["compare", slower, "--baseline", faster, "--fail-above", "1"])
     err = capsys.readouterr().err
-    assert "exit 3" in err and ("too few samples" in err or "too wide" in err), err[-600:]
+    assert code in (1, 3), err[-600:]
+    if code == 3:
+        assert "exit 3" in err and ("too few samples" in err or "too wide" in err), err[-600:]
     args = ["--fail-above", "1", "--allow-insufficient"]
     assert main(["compare", slower, "--baseline", faster, *args]) == 0
 
