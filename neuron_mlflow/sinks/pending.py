@@ -142,9 +142,13 @@ def upload_pending(
     sink = MlflowSink(tracking_uri)
     reachability.check_reachable(sink.tracking_uri, cached=False)
     queued = queued_for_worker(spool.root)
+
+    def busy(record: WindowRecord) -> bool:  # the worker has it (and is not done with it)
+        return record.path.absolute() in queued and not record.window.handled
+
     for key, group in groups.items():
-        records = _claim([r for r in group if r.path.absolute() not in queued], report)
-        report.busy.extend(str(r.path) for r in group if r.path.absolute() in queued)
+        records = _claim([r for r in group if not busy(r)], report)
+        report.busy.extend(str(r.path) for r in group if busy(r))
         try:
             if records:
                 _upload_group(sink, key, records, report, summarise)
