@@ -42,6 +42,9 @@ def _isolated(tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
     # hundreds of short sessions, each with a spool folder of its own
     monkeypatch.setenv("NEURON_MLFLOW_WORKER_IDLE_S", "2")
     monkeypatch.setenv("NEURON_MLFLOW_WORKER_PRELOAD", "0")  # imports on first use instead
+    # no capture-request poller by default: sessions an earlier test never closed would poll
+    # on in the background (a test of on-demand capture sets its own poll_s)
+    monkeypatch.setenv("NEURON_MLFLOW_POLL_S", "0")
     while mlflow.active_run() is not None:
         mlflow.end_run()
 
