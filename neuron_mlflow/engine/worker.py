@@ -42,7 +42,7 @@ from pathlib import Path
 
 import msgspec
 
-from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file
+from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held
 from neuron_mlflow.sinks.spool import WindowRecord
 
 CLIENTS = ".clients"
@@ -102,11 +102,7 @@ class Job(msgspec.Struct, frozen=True):
     attempts: int = 0
 
 
-def _try_lock(path: Path) -> Claim | None:
-    return claim_file(path)
-
-
-def _unlock(held: Claim | None) -> None:
+def _release(held: Claim | None) -> None:
     if held is not None:
         held.release()
 
@@ -135,7 +131,7 @@ class WorkerClient:
             return
         folder = self.root / CLIENTS
         folder.mkdir(parents=True, exist_ok=True)
-        self._client_fd = _try_lock(folder / f"{os.getpid()}_{id(self)}.lock")
+        self._client_fd = claim_file(folder / f"{os.getpid()}_{id(self)}.lock")
 
     def submit(self, job: Job) -> Path:
         """Queue ``job`` (a small file, atomically) and make sure a worker runs.
@@ -156,10 +152,10 @@ class WorkerClient:
     def ensure_running(self) -> bool:
         """Start the worker unless one holds the spool's worker lock; True when started."""
         self._register()
-        fd = _try_lock(self.root / WORKER_LOCK)
+        fd = claim_file(self.root / WORKER_LOCK)
         if fd is None:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
-        _unlock(fd)
+        _release(fd)
         starting = self._process is not None and self._process.poll() is None
         if starting and time.monotonic() - self._started < STARTING_S:
             return False  # ours is starting: it takes the lock within moments
@@ -173,7 +169,7 @@ class WorkerClient:
         Release the returned claim when the window ends."""
         folder = self.root / CAPTURING
         folder.mkdir(parents=True, exist_ok=True)
-        return _try_lock(folder / f"{os.getpid()}_{id(self)}.lock")
+        return claim_file(folder / f"{os.getpid()}_{id(self)}.lock")
 
     def queued(self) -> list[Path]:
         """The job files still queued."""
@@ -182,7 +178,7 @@ class WorkerClient:
     def close(self) -> None:
         """Unregister (the worker then finishes the queue and exits)."""
         held, self._client_fd = self._client_fd, None
-        _unlock(held)
+        _release(held)
 
 
 def start_worker(root: Path) -> subprocess.Popen[bytes]:
@@ -232,7 +228,6 @@ class Worker:
     _runs: dict[str, str] = field(default_factory=dict)
     _followups: list[_Pending] = field(default_factory=list)
     _orphaned_since: float | None = None
-    _max_timeout_s: float = 0.0
     _followups_at: float = 0.0
 
     def jobs(self) -> list[Path]:
@@ -243,12 +238,7 @@ class Worker:
     def capture_in_progress(self) -> bool:
         """True while a training process captures a window (it holds a capturing lock)."""
         folder = self.root / CAPTURING
-        for path in folder.glob("*.lock") if folder.is_dir() else []:
-            fd = _try_lock(path)
-            if fd is None:
-                return True
-            _unlock(fd)
-        return False
+        return any(is_held(path) for path in folder.glob("*.lock")) if folder.is_dir() else False
 
     def wait_for_captures(self) -> None:
         """Start no job while a window is being captured (at most :data:`PAUSE_MAX_S`)."""
@@ -261,11 +251,10 @@ class Worker:
         folder = self.root / CLIENTS
         alive = False
         for path in folder.glob("*.lock") if folder.is_dir() else []:
-            fd = _try_lock(path)
-            if fd is None:
+            if is_held(path):
                 alive = True
                 continue
-            _unlock(fd)  # its process is gone: the OS dropped its lock
+            # its process is gone: the OS dropped its lock
             with contextlib.suppress(OSError):
                 path.unlink()
         return alive
@@ -281,7 +270,6 @@ class Worker:
                 with contextlib.suppress(OSError):
                     path.unlink()
                 continue
-            self._max_timeout_s = max(self._max_timeout_s, job.upload_timeout_s)
             if self._orphaned_since is not None and (
                 time.monotonic() - self._orphaned_since > job.upload_timeout_s
             ):
@@ -318,7 +306,7 @@ class Worker:
         Args:
             lock: the spool's worker lock, already taken (``main`` takes it first).
         """
-        lock = lock or _try_lock(self.root / WORKER_LOCK)
+        lock = lock or claim_file(self.root / WORKER_LOCK)
         if lock is None:
             return  # another worker serves this spool
         last_work = time.monotonic()
@@ -346,18 +334,18 @@ class Worker:
                     time.sleep(0.1)
                     continue
                 if now - last_work > (self.idle_s if alive else 0.0):
-                    _unlock(lock)
+                    _release(lock)
                     lock = None
                     # a job queued while we decided to stop: its client saw our lock held
                     if not self.jobs():
                         return
-                    lock = _try_lock(self.root / WORKER_LOCK)
+                    lock = claim_file(self.root / WORKER_LOCK)
                     if lock is None:
                         return  # the client started another worker: it takes the job
                     continue
                 time.sleep(self.poll_s if now - last_work < 1.0 else 0.1)
         finally:
-            _unlock(lock)
+            _release(lock)
 
 
 def give_up(worker: Worker, job: Job) -> None:
@@ -490,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     root = Path(args[0]).absolute()
-    lock = _try_lock(root / WORKER_LOCK)  # first: a worker that imports is already serving
+    lock = claim_file(root / WORKER_LOCK)  # first: a worker that imports is already serving
     if lock is None:
         return 0  # another worker serves this spool
     worker = Worker(root)

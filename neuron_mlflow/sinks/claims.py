@@ -94,9 +94,20 @@ def worker_running(root: Path) -> bool:
         >>> worker_running(Path(tempfile.mkdtemp()))
         False
     """
-    if not (root / WORKER_LOCK).exists():
+    return is_held(root / WORKER_LOCK)
+
+
+def is_held(path: Path) -> bool:
+    """True while another process holds the lock file ``path`` (a missing file: nobody).
+
+    Example:
+        >>> import tempfile
+        >>> is_held(Path(tempfile.mkdtemp()) / "x.lock")
+        False
+    """
+    if not path.exists():
         return False
-    held = claim_file(root / WORKER_LOCK)
+    held = claim_file(path)
     if held is None:
         return True
     held.release()
