@@ -420,7 +420,10 @@ def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) 
         few = e.ratio is None or "too few samples" in e.reason
         if few or (e.high is not None and e.high > limit):
             reason = (
-                e.reason if few else f"the interval {e.interval_text()} reaches above {limit:.2f}"
+                e.reason
+                if few
+                else f"too wide to decide: the interval {e.interval_text()} reaches above "
+                f"{limit:.2f}"
             )
             out.append(f"run {r.run_id} ({r.name}): {what}: {INSUFFICIENT} ({reason})")
     return out

@@ -143,6 +143,11 @@ def test_compare_reads_metrics_when_there_is_no_summary_artifact(capsys) -> None
             client.log_metric(run, "profile/cpu_time_us", cpu + wobble, step=step)
     assert main(["compare", a, b, "--format", "json", "--fail-above", "40"]) == 1
     assert "regression: run " in capsys.readouterr().err
+    # a limit inside the interval (about [1.48, 1.52]): exit 3, and the message says why
+    assert main(["compare", a, b, "--fail-above", "50"]) == 3
+    err = capsys.readouterr().err
+    assert "cpu_time_us: insufficient data (too wide to decide: the interval " in err
+    assert "reaches above 1.50" in err
 
 
 def test_runs_with_different_prefixes_are_compared_on_what_they_share(capsys) -> None:
