@@ -160,17 +160,31 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     capture.add_argument("run_id", metavar="RUN_ID")
-    capture.add_argument("--steps", type=int, metavar="N", help="recorded steps (the job's "
-                         "schedule's active; at most its max_request_steps, 50)")
-    capture.add_argument("--warmup", type=int, metavar="W",
-                         help="warm-up steps before them (the schedule's warmup)")
+    capture.add_argument(
+        "--steps",
+        type=int,
+        metavar="N",
+        help="recorded steps (the job's schedule's active; at most its max_request_steps, 50)",
+    )
+    capture.add_argument(
+        "--warmup", type=int, metavar="W", help="warm-up steps before them (the schedule's warmup)"
+    )
     capture.add_argument("--at-step", type=int, metavar="S", help="the step to start at")
-    capture.add_argument("--roundup", type=int, default=10, metavar="R",
-                         help="start on a multiple of R (10)")
-    capture.add_argument("--wait", action="store_true",
-                         help="wait until the window's metrics are in the run; print where")
-    capture.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                         help="with --wait: give up after S seconds (600; exit 4)")
+    capture.add_argument(
+        "--roundup", type=int, default=10, metavar="R", help="start on a multiple of R (10)"
+    )
+    capture.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until the window's metrics are in the run; print where",
+    )
+    capture.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="with --wait: give up after S seconds (600; exit 4)",
+    )
     capture.add_argument("--interval", type=float, default=0.5, metavar="S",
                          help=argparse.SUPPRESS)  # fmt: skip
     ingest.add_argument("paths", nargs="+", metavar="PATH")

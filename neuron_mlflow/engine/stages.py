@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from neuron_mlflow.engine.session import ProfilingSession
     from neuron_mlflow.summary.ops import OpSummary
 
+
 def check_ranks(ranks: Iterable[int] | None) -> frozenset[int] | None:
     """The global ranks that capture, checked (``None``: all ranks).
 

@@ -20,6 +20,7 @@ from neuron_mlflow.sinks.spool import WindowRecord
 
 __all__ = ["summarise_spooled", "sync_pending"]
 
+
 def summarise_spooled(record: WindowRecord) -> None:
     """Summarise a spooled window that was never summarised, from its own trace (the
     worker's :func:`~neuron_mlflow.engine.finish.summarise_window`)."""

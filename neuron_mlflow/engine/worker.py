@@ -187,9 +187,7 @@ def start_worker(root: Path) -> subprocess.Popen[bytes]:
     root.mkdir(parents=True, exist_ok=True)
     package_parent = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package_parent, env.get("PYTHONPATH")) if p
-    )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     with open(root / WORKER_LOG, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "neuron_mlflow.engine.worker", str(root)],
@@ -431,6 +429,7 @@ def _upload(worker: Worker, record: WindowRecord) -> str | None:
     """Upload one summarised window into its run; the error goes into its manifest."""
     from neuron_mlflow.sinks.mlflow_sink import MlflowSink
     from neuron_mlflow.sinks.pending import group_key, target_run
+
     sink = None
     try:
         sink = MlflowSink(record.window.tracking_uri)

@@ -180,8 +180,8 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     if "window" in data:
         data["facts"] = data.pop("window")
     stamp = data.get("captured_ms")
-    data["captured_ms"] = int(stamp) if isinstance(stamp, int | float) else _created_ms(
-        data.get("created")
+    data["captured_ms"] = (
+        int(stamp) if isinstance(stamp, int | float) else _created_ms(data.get("created"))
     )
     data["schema_version"] = SCHEMA_VERSION
     return data

@@ -99,7 +99,6 @@ def _kept_times(trace_dir: Path) -> DeviceTimes | None:
     if not path.is_file():
         return None
     return DeviceTimes(**json.loads(path.read_text(encoding="utf-8")))
-"""Finished windows' profilers kept for :meth:`NeuronBackend.read_window` (oldest dropped)."""
 
 
 class NeuronBackend(BaseBackend):
