@@ -45,6 +45,11 @@ def test_ruff_check_passes() -> None:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 
 
+def test_ruff_format_leaves_the_tree_as_it_is() -> None:
+    result = _run("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
 def test_the_package_root_holds_only_the_api_config_errors_naming_and_schedule() -> None:
     modules = {p.name for p in PACKAGE.glob("*.py")}
     assert modules == ROOT_MODULES
