@@ -36,7 +36,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import socket
 import sys
 import warnings
@@ -182,7 +181,16 @@ def _cached(config: ProfilerConfig) -> tuple[dict[str, Any], dict[str, dict[str,
 
 
 def _config_document(config: ProfilerConfig) -> dict[str, Any]:
-    return copy.deepcopy(_cached(config)[0])
+    """The config's JSON document, shared by the session's windows (never changed: a record
+    is only encoded)."""
+    return _cached(config)[0]
+
+
+def warm_window_constants(config: ProfilerConfig, backend: str) -> None:
+    """Make a session's per-window constants (the config's document and params) at set-up,
+    so that no window's end pays for them (about 0.3 ms, a tenth of a small window's end)."""
+    _config_document(config)
+    _applicable_params(config, backend)
 
 
 def _applicable_params(config: ProfilerConfig, backend: str) -> dict[str, str]:
