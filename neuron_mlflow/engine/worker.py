@@ -34,6 +34,7 @@ import contextlib
 import itertools
 import logging
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -58,8 +59,13 @@ IDLE_S = float(os.environ.get("NEURON_MLFLOW_WORKER_IDLE_S", "60"))
 """How long a worker with living clients waits for work before it exits (a later window
 starts a new one)."""
 STARTING_S = 2.0
-"""A worker this client started less than this ago is still starting (it takes the lock
+"""A worker this process started less than this ago is still starting (it takes the lock
 first thing): no second one is started meanwhile."""
+_STARTED: dict[Path, tuple[subprocess.Popen[bytes], float]] = {}
+"""The worker this process started last, per spool, and when: every client in the process
+(the callback's, each stage's session) sees it, so one start is not followed by a second
+while the first interpreter is still starting (measured: two interpreters and imports
+beside a 2-vCPU host's training thread, inside its first window)."""
 MAX_ATTEMPTS = 3
 """A job whose worker died this often (a trace that kills it) is given up: the window is
 marked failed, with the reason, for ``sync``."""
@@ -123,8 +129,6 @@ class WorkerClient:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._client_fd: Claim | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._started = 0.0
 
     def _register(self) -> None:
         if self._client_fd is not None:
@@ -156,11 +160,11 @@ class WorkerClient:
         if fd is None:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
         _release(fd)
-        starting = self._process is not None and self._process.poll() is None
-        if starting and time.monotonic() - self._started < STARTING_S:
-            return False  # ours is starting: it takes the lock within moments
-        self._process = start_worker(self.root)
-        self._started = time.monotonic()
+        started = _STARTED.get(self.root)
+        alive = started is not None and started[0].poll() is None
+        if alive and started is not None and time.monotonic() - started[1] < STARTING_S:
+            return False  # this process's is starting: it takes the lock within moments
+        _STARTED[self.root] = (start_worker(self.root), time.monotonic())
         return True
 
     def capturing(self) -> Claim | None:
@@ -485,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m neuron_mlflow.engine.worker <local_dir>", file=sys.stderr)
         return 2
     run_idle(os.getpid())
+    # MLflow's import reads platform.platform(), which forks `uname -p`: fork now, while
+    # this process is small, not a half-imported MLflow (measured: 40 ms of CPU, a third
+    # runnable task on a 2-vCPU host, inside the training thread's next window)
+    platform.processor()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from neuron_mlflow.engine import worker
 from neuron_mlflow.engine.worker import CLIENTS, Job, Worker, WorkerClient
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, claim, claim_file, worker_running
 from neuron_mlflow.sinks.spool import Spool
@@ -90,6 +91,21 @@ def test_one_worker_per_spool(tmp_path) -> None:
     finally:
         held.release()
         client.close()
+
+
+def test_clients_of_one_process_start_one_worker_while_it_starts(tmp_path) -> None:
+    # the callback's client and each stage's session's: the second must not start another
+    # interpreter while the first is still importing (it would share the CPU with a window)
+    first, second = WorkerClient(tmp_path), WorkerClient(tmp_path)
+    try:
+        assert first.ensure_running() is True
+        assert second.ensure_running() is False
+        process, _ = worker._STARTED[tmp_path]
+    finally:
+        first.close()
+        second.close()
+    assert process.wait(timeout=60) == 0  # no client left: it exits
+    assert worker_running(tmp_path) is False
 
 
 def test_a_job_killed_right_after_its_window_is_still_uploaded(tmp_path, tracking_uri) -> None:
