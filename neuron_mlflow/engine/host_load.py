@@ -42,11 +42,17 @@ class HostLoad:
     torch_threads: int | None
 
 
+_PROC_STAT: list[int] = []
+"""``/proc/stat`` held open (read again with ``pread``): no open and close at a window's end."""
+
+
 def _proc_stat() -> tuple[int | None, int | None]:
     try:
-        with open("/proc/stat", encoding="ascii") as f:
-            first = f.readline().split()
-    except OSError:
+        if not _PROC_STAT:
+            _PROC_STAT.append(os.open("/proc/stat", os.O_RDONLY | os.O_CLOEXEC))
+        head = os.pread(_PROC_STAT[0], 256, 0)
+        first = head.split(b"\n", 1)[0].decode("ascii").split()
+    except (OSError, UnicodeDecodeError):
         return None, None
     if not first or first[0] != "cpu":
         return None, None
