@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                 if summary is None:
                     print(f"{variant}: no window was captured", file=sys.stderr)
                     return 1
+                # the next variant is not measured while our worker uploads this one
+                profiled.profiler.close()
+                profiled.profiler.wait()
                 summaries[variant] = summary
                 runs[variant] = (child.info.run_id, summary)
                 print(

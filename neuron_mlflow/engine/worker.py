@@ -207,10 +207,11 @@ def start_worker(root: Path) -> subprocess.Popen[bytes]:
 
 
 def run_idle(pid: int) -> None:
-    """Give process ``pid`` the CPU only when nothing else wants it: ``SCHED_IDLE`` (Linux),
-    else ``nice`` 19. Measured on 2 vCPUs, ``nice 10`` still took the training thread's CPU
-    for a scheduler slice (5-10 ms) at a time, inside profiled steps; an idle-class process
-    never preempts a normal one."""
+    """Put process ``pid`` in the idle scheduling class (``SCHED_IDLE``, Linux; else
+    ``nice`` 19): on a CPU that the training thread wants, the worker waits. (It still runs
+    beside the training thread on another core: that is what the worker is for. What took
+    whole scheduler ticks from a 2-vCPU host's first window was a second worker start, see
+    :data:`_STARTED`, not the class.)"""
     try:
         os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):

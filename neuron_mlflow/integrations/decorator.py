@@ -85,6 +85,14 @@ class Profiler:
         """The MLflow run the last window was logged to (``None`` if none was logged)."""
         return self.session.run_id
 
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker has
+        uploaded this profiler's windows; True when none is left. Call it before measuring
+        something else in the same process, so that our upload does not share the CPU with
+        it (the main job does, between variants)."""
+        timeout = self.config.upload_timeout_s if timeout_s is None else timeout_s
+        return bool(self.session.guarded(self.session.wait, timeout))
+
     def step(self) -> None:
         """End one step and begin the next (inside a ``with`` block)."""
         self.session.guarded(self.session.step)

@@ -167,6 +167,9 @@ def test_context_manager_repeat_gives_two_windows_in_one_run() -> None:
         for _ in range(10):
             rmsnorm_naive(x, w)
             prof.step()
+    assert prof.wait(timeout_s=60) is True  # both windows uploaded: nothing left to wait for
+    records = prof.session.records
+    assert [r.status for r in records] == ["done", "done"]
     assert metric_history(prof.run_id, "profile/steps") == [(3, 2.0), (7, 2.0)]
     folders = {f.split("/")[1] for f in artifact_files(prof.run_id)}
     assert folders == {"step_000002-000003", "step_000006-000007"}
