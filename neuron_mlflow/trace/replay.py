@@ -151,63 +151,16 @@ class Thread:
         return self.head
 
     def replay(self, until: float) -> None:
-        """Replay the logged operators that start at or before ``until``."""
+        """Replay the logged operators that start at or before ``until``: the whole view,
+        and the marked view (the rules of ``trace.rules``) when the trace has markers."""
         if until > self.replayed_to:
             self.replayed_to = until
-        if self.marked:
-            self._replay_marked(until)
-            return
-        totals, stack = self.totals, self.stack
-        count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
-        top_level, span_start, span_end = 0, totals.span_start, totals.span_end
-        candidates, names, prev = self.candidates, totals.names, self.prev
-        ops = self._ops()
-        while True:
-            for op in ops:
-                start, dur, index = op
-                if start > until:
-                    self.peek = op
-                    break
-                while stack and stack[-1][0] <= start:
-                    popped = stack.pop()
-                    if candidates:
-                        self._fold(popped)
-                count[index] += 1
-                total_cpu[index] += dur
-                self_cpu[index] += dur
-                end = start + dur
-                entry = (end, index, NOT_COUNTED)
-                if stack:
-                    parent = stack[-1]
-                    pindex = parent[1]
-                    self_cpu[pindex] -= dur
-                    if candidates and id(parent) in candidates:  # a second child: kept
-                        del candidates[id(parent)]
-                    elif parent is prev and names[pindex] == names[index]:
-                        candidates[id(parent)] = (index, dur, NOT_COUNTED)
-                else:
-                    top_level += 1
-                stack.append(entry)
-                prev = entry
-                if start < span_start:
-                    span_start = start
-                if end > span_end:
-                    span_end = end
-            else:
-                if self._load():
-                    ops = self.head
-                    continue
-            break
-        self.prev = prev
-        totals.top_level += top_level
-        totals.span_start, totals.span_end = span_start, span_end
-
-    def _replay_marked(self, until: float) -> None:
-        """:meth:`replay` keeping the marked view too (the rules of ``trace.rules``)."""
         totals, stack, marks, pid = self.totals, self.stack, self.totals.marks, self.pid
         count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
         m_count, m_self, m_total = totals.m_count, totals.m_self_cpu, totals.m_total_cpu
+        span_start, span_end = totals.span_start, totals.span_end
         candidates = self.candidates
+        marked = self.marked
         top_level = m_top = 0
         ops = self._ops()
         while True:
@@ -232,6 +185,11 @@ class Thread:
                 count[index] += 1
                 total_cpu[index] += dur
                 self_cpu[index] += dur
+                end = start + dur
+                if start < span_start:
+                    span_start = start
+                if end > span_end:
+                    span_end = end
                 fold = None
                 if stack:
                     entry = stack[-1]
@@ -247,7 +205,7 @@ class Thread:
                         m_top += 1
                 else:
                     top_level += 1
-                    state = COUNTED if marks.covers(pid, start) else NOT_COUNTED
+                    state = COUNTED if marked and marks.covers(pid, start) else NOT_COUNTED
                     m_top += state
                 if state:
                     m_count[index] += 1
@@ -255,7 +213,7 @@ class Thread:
                     m_self[index] += dur
                 if fold is not None:
                     candidates[id(fold)] = (index, dur, state)
-                self.prev = (start + dur, index, state)
+                self.prev = (end, index, state)
                 stack.append(self.prev)
             else:
                 if self._load():
@@ -264,6 +222,7 @@ class Thread:
             break
         totals.top_level += top_level
         totals.m_top_level += m_top
+        totals.span_start, totals.span_end = span_start, span_end
 
     def place_pending(self, links: Links, final: bool = False) -> None:
         """Place the waiting runtime calls that all later operators start after.
