@@ -108,7 +108,9 @@ def spool_live(end: LiveEnd) -> WindowRecord:
     """On the training thread: put the stopped window into the spool (record + traces), in
     state ``spooled``; the record is claimed by this process (release it to hand it over)."""
     capture, config = end.capture, end.capture.config
-    tags = dict(_environment(capture.backend, end.rank, end.world_size))
+    # read at every window's end: a backend's facts can change once its profiler has run
+    # (the Neuron SDK that refuses ``correlate_device_time``)
+    tags = environment_tags(capture.backend.describe(), end.rank, end.world_size)
     if capture.host_load is not None:  # what makes timings noisy on a shared host
         tags.update(host_load_tags(capture.host_load, sample_host_load()))
     artifact_path = window_artifact_path(end.prefix, capture.window.first, capture.last_recorded)
@@ -180,34 +182,18 @@ def _cached(config: ProfilerConfig) -> tuple[dict[str, Any], dict[str, dict[str,
     return entry[1], entry[2]
 
 
-_ENVIRONMENT_CACHE: dict[tuple[int, int, int], tuple[Backend, dict[str, str]]] = {}
-
-
-def _environment(backend: Backend, rank: int, world_size: int) -> dict[str, str]:
-    """The environment tags of a backend's windows (constant for its session): made once."""
-    key = (id(backend), rank, world_size)
-    entry = _ENVIRONMENT_CACHE.get(key)
-    if entry is None or entry[0] is not backend:
-        tags = environment_tags(backend.describe(), rank, world_size)
-        entry = _ENVIRONMENT_CACHE[key] = (backend, tags)
-    return entry[1]
-
-
 def _config_document(config: ProfilerConfig) -> dict[str, Any]:
     """The config's JSON document, shared by the session's windows (never changed: a record
     is only encoded)."""
     return _cached(config)[0]
 
 
-def warm_window_constants(
-    config: ProfilerConfig, backend: Backend, rank: int = 0, world_size: int = 1
-) -> None:
-    """Make a session's per-window constants (the config's document and params, the
-    environment tags) at set-up, so that no window's end pays for them (about 0.3 ms, a
-    tenth of a small window's end)."""
+def warm_window_constants(config: ProfilerConfig, backend: str) -> None:
+    """Make a session's per-window constants (the config's document and params) at set-up,
+    so that no window's end pays for them (about 0.3 ms, a tenth of a small window's end).
+    The environment tags are not among them: a backend's facts can change once it ran."""
     _config_document(config)
-    _applicable_params(config, backend.name)
-    _environment(backend, rank, world_size)
+    _applicable_params(config, backend)
 
 
 def _applicable_params(config: ProfilerConfig, backend: str) -> dict[str, str]:

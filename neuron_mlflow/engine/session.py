@@ -274,7 +274,7 @@ class ProfilingSession:
         self._disabled = False
         package_version()  # read once now, not at the first window's end
         self.guarded(self.backend.describe)  # (platform.processor() runs `uname -p` once)
-        self.guarded(warm_window_constants, config, self.backend, *self._rank())  # nor these
+        self.guarded(warm_window_constants, config, self.backend.name)  # nor the params
         self._worker = WorkerClient(self._spool.root)
         if self._next_start is not None:  # the worker imports MLflow before the first window
             with suppress(Exception):  # early is a bonus: the first window starts it anyway
