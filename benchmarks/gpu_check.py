@@ -42,16 +42,15 @@ from recipes.rmsnorm import rmsnorm_fused, rmsnorm_naive  # noqa: E402
 TOLERANCE = 0.01
 STEPS = 3
 _TABLES: list[dict[str, float]] = []  # torch's own per-op totals of each window (on_trace_ready)
-_DEVICE = True  # self device time (CUDA) or self CPU time (--cpu)
 
 
-def _keep_torch_rows() -> None:
+def _keep_torch_rows(device: bool) -> None:
     """Wrap the backends' trace export so that each window's own profiler is also read through
     torch's own events (only this script does this: the library never builds that table)."""
     export = BaseBackend.export_trace
 
     def export_and_keep(self: BaseBackend, prof: Any, output_dir: Path) -> None:
-        _TABLES.append(_torch_rows(prof.events(), _DEVICE))
+        _TABLES.append(_torch_rows(prof.events(), device))
         export(self, prof, output_dir)
 
     BaseBackend.export_trace = export_and_keep  # type: ignore[method-assign]
@@ -174,9 +173,7 @@ def main() -> int:
     backend, device, accelerator = ("cpu", "cpu", "cpu") if args.cpu else ("cuda", "cuda", "gpu")
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
-    global _DEVICE
-    _DEVICE = not args.cpu
-    _keep_torch_rows()
+    _keep_torch_rows(device=not args.cpu)
     where = torch.cuda.get_device_name() if not args.cpu else "CPU"
     print(f"gpu_check on {where}, torch {torch.__version__}; target: within {TOLERANCE:.0%}")
     with warnings.catch_warnings():

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -42,15 +43,16 @@ class HostLoad:
     torch_threads: int | None
 
 
-_PROC_STAT: list[int] = []
-"""``/proc/stat`` held open (read again with ``pread``): no open and close at a window's end."""
+@functools.cache
+def _proc_stat_fd() -> int:
+    """``/proc/stat`` held open (read again with ``pread``): no open and close at a window's
+    end. A failed open is not cached: it is tried again at the next sample."""
+    return os.open("/proc/stat", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def _proc_stat() -> tuple[int | None, int | None]:
     try:
-        if not _PROC_STAT:
-            _PROC_STAT.append(os.open("/proc/stat", os.O_RDONLY | os.O_CLOEXEC))
-        head = os.pread(_PROC_STAT[0], 256, 0)
+        head = os.pread(_proc_stat_fd(), 256, 0)
         first = head.split(b"\n", 1)[0].decode("ascii").split()
     except (OSError, UnicodeDecodeError):
         return None, None

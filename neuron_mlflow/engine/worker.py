@@ -161,8 +161,11 @@ class WorkerClient:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
         _release(fd)
         started = _STARTED.get(self.root)
-        alive = started is not None and started[0].poll() is None
-        if alive and started is not None and time.monotonic() - started[1] < STARTING_S:
+        if (
+            started is not None
+            and started[0].poll() is None
+            and time.monotonic() - started[1] < STARTING_S
+        ):
             return False  # this process's is starting: it takes the lock within moments
         _STARTED[self.root] = (start_worker(self.root), time.monotonic())
         return True
