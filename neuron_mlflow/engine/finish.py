@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,20 +64,22 @@ from neuron_mlflow.naming import (
     window_artifact_path,
 )
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
+from neuron_mlflow.sinks.window_record import Window, WindowFacts, WindowState
 from neuron_mlflow.summary.ops import OpSummary, build_summary
 
 
 @dataclass
 class LiveEnd:
-    """What the training thread knows when a live window ends (its record is made of it).
+    """What the training thread knows of a live window: made when the window opens (its
+    record is drafted from it then, :func:`draft_window`), completed when it ends.
 
     Attributes:
-        capture: the stopped window (its trace is in ``capture.staging``).
+        capture: the window (its trace is in ``capture.staging`` once stopped).
         prefix: the metric prefix ``P``.
         spool: the spool; ``session_dir`` the session's folder in it.
-        status: ``pending`` or ``incomplete`` (the user's step raised).
-        partial: the window ended before its last scheduled step.
-        error: the user's exception, for an incomplete window.
+        status: ``pending`` or ``incomplete`` (the user's step raised); set at the end.
+        partial: the window ended before its last scheduled step; set at the end.
+        error: the user's exception, for an incomplete window; set at the end.
         rank: this process's global rank; ``world_size`` how many there are.
         metric_step: the MLflow step of the window's metrics (default: its last step).
         traces_only: a rank other than 0 (it logs its traces and its own rank metrics).
@@ -85,6 +88,7 @@ class LiveEnd:
             offline job sync into one run.
         rank_metrics: log this rank's own times (``P/rank/<r>/...``; always in a job of
             several ranks).
+        draft: the window's record as far as it is known when the window opens.
     """
 
     capture: LiveWindow
@@ -102,12 +106,49 @@ class LiveEnd:
     active_run: str | None = None
     job_id: str | None = None
     rank_metrics: bool = False
+    draft: Window | None = None
+
+
+def draft_window(end: LiveEnd) -> Window:
+    """When a window opens (before its profiler starts, so outside the window): its record
+    with everything known then (the config's document and params, the run it goes to by
+    name, the rank, the reason). :func:`spool_live` completes it at the window's end, which
+    then builds no dictionaries and validates nothing: a third of our work at a small
+    window's end (``benchmarks/window_end.py``)."""
+    capture, config = end.capture, end.capture.config
+    return Window(
+        state=WindowState.SPOOLED,
+        artifact_path="",  # known at the end (the last recorded step)
+        session=end.session_dir.name,
+        created="",
+        captured_ms=0,
+        prefix=end.prefix,
+        backend=capture.backend.name,
+        trace_dir=capture.trace_dir.relative_to(capture.staging / "artifacts").as_posix(),
+        reason=capture.reason,
+        rank=end.rank,
+        world_size=end.world_size,
+        rank_metrics=end.rank_metrics,
+        traces_only=end.traces_only,
+        experiment_name=config.experiment_name,
+        run_name=config.run_name,
+        job_id=end.job_id,  # every rank's windows of one job sync into one run
+        upload_traces=config.upload_traces,
+        params={
+            param_key(end.prefix, k): v
+            for k, v in _applicable_params(config, capture.backend.name).items()
+        },
+        document={"config": _config_document(config), "reason": capture.reason},
+    )
 
 
 def spool_live(end: LiveEnd) -> WindowRecord:
     """On the training thread: put the stopped window into the spool (record + traces), in
-    state ``spooled``; the record is claimed by this process (release it to hand it over)."""
-    capture, config = end.capture, end.capture.config
+    state ``spooled``. It is not claimed: the record is complete before one rename makes it
+    visible, so the worker or a ``sync`` may take it from then on."""
+    capture = end.capture
+    window = end.draft if end.draft is not None else draft_window(end)
+    end.draft = None  # one window, one record
     # read at every window's end: a backend's facts can change once its profiler has run
     # (the Neuron SDK that refuses ``correlate_device_time``)
     tags = environment_tags(capture.backend.describe(), end.rank, end.world_size)
@@ -118,55 +159,30 @@ def spool_live(end: LiveEnd) -> WindowRecord:
     if end.partial:
         tags[partial_tag(artifact_path)] = "true"
     errors = [*capture.errors, *([end.error] if end.error else [])]
-    document = {
-        "config": _config_document(config),
-        "environment": dict(tags),
-        "errors": errors,
-        "reason": capture.reason,
-    }
+    window.document["environment"] = dict(tags)
+    window.document["errors"] = errors
     target = end.target or RunTarget()
-    record = end.spool.create_window(
-        end.session_dir,
-        artifact_path,
-        status="incomplete" if end.status == "incomplete" else "pending",
-        staged=capture.staging,  # the traces are renamed into the window, not copied
-        claimed=True,
-        prefix=end.prefix,
-        backend=capture.backend.name,
-        trace_dir=capture.trace_dir.relative_to(capture.staging / "artifacts").as_posix(),
-        facts={
-            "index": capture.window.index,
-            "first": capture.window.first,
-            "last": capture.last_recorded,
-            "partial": end.partial,
-        },
-        steps=capture.recorded_steps,
-        wall_time_us=capture.wall_ns / 1000.0,
-        reason=capture.reason,
-        rank=end.rank,
-        world_size=end.world_size,
-        rank_metrics=end.rank_metrics,
-        traces_only=end.traces_only,
-        run_id=target.known_run(end.active_run),
-        tracking_uri=_tracking_uri(end.target),
-        experiment_id=_active_experiment_id(config.experiment_name),
-        experiment_name=config.experiment_name,
-        run_name=config.run_name,
-        job_id=end.job_id,  # every rank's windows of one job sync into one run
-        upload_traces=config.upload_traces,
-        metric_step=capture.last_recorded if end.metric_step is None else end.metric_step,
-        params={
-            param_key(end.prefix, k): v
-            for k, v in _applicable_params(config, capture.backend.name).items()
-        },
-        tags=tags,
-        document=document,
-        error="; ".join(errors) or None,
-        summarised=False,
+    now = time.time()
+    window.state = WindowState.INCOMPLETE if end.status == "incomplete" else WindowState.SPOOLED
+    window.artifact_path = artifact_path
+    window.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    window.captured_ms = int(now * 1000)  # the metrics' timestamp
+    window.facts = WindowFacts(
+        index=capture.window.index,
+        first=capture.window.first,
+        last=capture.last_recorded,
+        partial=end.partial,
     )
-    capture.trace_dir = record.artifacts_dir / capture.trace_dir.relative_to(
-        capture.staging / "artifacts"
-    )
+    window.steps = capture.recorded_steps
+    window.wall_time_us = capture.wall_ns / 1000.0
+    window.run_id = target.known_run(end.active_run)
+    window.tracking_uri = _tracking_uri(end.target)
+    window.experiment_id = _active_experiment_id(capture.config.experiment_name)
+    window.metric_step = capture.last_recorded if end.metric_step is None else end.metric_step
+    window.tags = tags
+    window.error = "; ".join(errors) or None
+    record = end.spool.place_window(end.session_dir, window, capture.staging)
+    capture.trace_dir = record.artifacts_dir / (window.trace_dir or "")
     return record
 
 

@@ -43,7 +43,7 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.capture_requests import OnDemand, start_for_session
 from neuron_mlflow.engine.environment import package_version, rank_and_world_size
-from neuron_mlflow.engine.finish import LiveEnd, spool_live, warm_window_constants
+from neuron_mlflow.engine.finish import LiveEnd, draft_window, spool_live, warm_window_constants
 from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
@@ -281,6 +281,8 @@ class ProfilingSession:
                 self._worker.ensure_running()
         self._results = Results(self._worker)
         self._capturing_claim: Claim | None = None
+        self._live: LiveEnd | None = None
+        """The open window's :class:`LiveEnd`, its record drafted when it opened."""
         self._capture_ranks = capture_ranks
         self._rank_metrics = rank_metrics
         _open_sessions.add(self)
@@ -544,6 +546,7 @@ class ProfilingSession:
         self._disabled = True
         self._next_start = None
         capture, self._capture = self._capture, None
+        self._live = None
         _capturing.discard(self)
         self._end_capturing()
         if capture is not None:
@@ -578,7 +581,7 @@ class ProfilingSession:
             return
         if self._session_dir is None:
             self._session_dir = self._spool.new_session_dir()
-        staging = Spool.capture_dir(self._session_dir, window.index)
+        staging = Spool.capture_dir(self._session_dir, window.index, self.prefix)
         trace_dir = staging / "artifacts" / trace_folder(self._rank()[0])
         capture = LiveWindow(
             window, self.backend, self.config, staging, trace_dir, calls_marked=calls_marked
@@ -586,7 +589,9 @@ class ProfilingSession:
         capture.host_load = sample_host_load()
         capture.reason = reason
         self.guarded(self._worker.ensure_running)  # (started at set-up; again if it exited)
+        self.guarded(self._worker.prepare)  # the end's job file, made now
         self._capturing_claim = self.guarded(self._worker.capturing)
+        self._live = self.guarded(self._draft, capture)  # the record, before the window
         try:
             self.guarded(capture.start)
         finally:
@@ -596,6 +601,25 @@ class ProfilingSession:
             self._capture = capture
             _capturing.add(self)
             signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
+
+    def _draft(self, capture: LiveWindow) -> LiveEnd:
+        """What is known of the window when it opens, and its record drafted from it."""
+        assert self._session_dir is not None
+        rank, world_size = self._rank()
+        live = LiveEnd(
+            capture=capture,
+            prefix=self.prefix,
+            spool=self._spool,
+            session_dir=self._session_dir,
+            rank=rank,
+            world_size=world_size,
+            traces_only=self._traces_only,
+            job_id=self.job_id,
+            target=self.target,
+            rank_metrics=self._rank_metrics,
+        )
+        live.draft = draft_window(live)
+        return live
 
     def _finish_window(
         self, status: str, partial: bool, error: str | None = None
@@ -616,36 +640,24 @@ class ProfilingSession:
             # Interrupted during warm-up: nothing was recorded.
             shutil.rmtree(capture.staging, ignore_errors=True)
             return None
-        assert self._session_dir is not None
-        rank, world_size = self._rank()
         upload = self.upload_enabled and status != "incomplete"
-        end = LiveEnd(
-            capture=capture,
-            prefix=self.prefix,
-            spool=self._spool,
-            session_dir=self._session_dir,
-            status=status,
-            partial=partial,
-            error=error,
-            rank=rank,
-            world_size=world_size,
-            metric_step=None if self._metric_step is None else self._metric_step(),
-            traces_only=self._traces_only,
-            job_id=self.job_id,
-            target=self.target,
-            active_run=self.target.active_run(),
-            rank_metrics=self._rank_metrics,
-        )
+        end, self._live = self._live, None
+        if end is None or end.capture is not capture:  # (drafting failed when it opened)
+            end = self.guarded(self._draft, capture)
+            if end is None:
+                return None
+        end.status, end.partial, end.error = status, partial, error
+        end.metric_step = None if self._metric_step is None else self._metric_step()
+        end.active_run = self.target.active_run()
         record = self.guarded(spool_live, end)  # in the spool before the step returns
         if record is None:
             return None
-        record.release()  # the worker process claims it
         skew = None
-        if rank == 0 and world_size > 1 and upload:
-            ranks = self._capture_ranks or tuple(range(world_size))
+        if end.rank == 0 and end.world_size > 1 and upload:
+            ranks = self._capture_ranks or tuple(range(end.world_size))
             skew = SkewRequest(self.prefix, record.window.metric_step, tuple(ranks))
         handed = Job(
-            window=record.path.relative_to(self._spool.root.absolute()).as_posix(),
+            window=f"{end.session_dir.name}/{record.window.artifact_path}",  # under the root
             upload=upload,
             upload_timeout_s=self.config.upload_timeout_s,
             skew=skew,

@@ -44,6 +44,7 @@ from pathlib import Path
 import msgspec
 
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held
+from neuron_mlflow.sinks.prepared_files import prepare_file, write_whole
 from neuron_mlflow.sinks.spool import WindowRecord
 
 CLIENTS = ".clients"
@@ -75,6 +76,9 @@ SKEW_WAIT_S = 30.0
 log = logging.getLogger("neuron_mlflow.worker")
 
 _job_counter = itertools.count()
+PREPARED_PREFIX = ".next_"
+"""A job file made when a window opened (:meth:`WorkerClient.prepare`):
+``.next_<pid>_<client>.tmp``, renamed into the queue at the window's end."""
 
 
 class SkewRequest(msgspec.Struct, frozen=True):
@@ -108,6 +112,17 @@ class Job(msgspec.Struct, frozen=True):
     attempts: int = 0
 
 
+def _alive(pid: int) -> bool:
+    """True while process ``pid`` exists (a zombie counts as gone only once reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, under another user
+    return True
+
+
 def _release(held: Claim | None) -> None:
     if held is not None:
         held.release()
@@ -129,6 +144,7 @@ class WorkerClient:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._client_fd: Claim | None = None
+        self._prepared: Path | None = None
 
     def _register(self) -> None:
         if self._client_fd is not None:
@@ -147,11 +163,25 @@ class WorkerClient:
         queue = self.root / QUEUE
         queue.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}_{os.getpid()}_{next(_job_counter)}.json"
-        tmp = queue / f".{name}.tmp"
-        tmp.write_bytes(msgspec.json.encode(job))
+        tmp, self._prepared = self._prepared, None
+        if tmp is None:
+            tmp = queue / f".{name}.tmp"
+        write_whole(tmp, msgspec.json.encode(job))
         os.replace(tmp, queue / name)
         self.ensure_running()
         return queue / name
+
+    def prepare(self) -> None:
+        """Make the next job's file now, under a hidden name, when a window opens:
+        :meth:`submit` at the window's end then only overwrites and renames it
+        (:mod:`neuron_mlflow.sinks.prepared_files`). A file left by a process that died is
+        removed by the worker."""
+        self._register()
+        queue = self.root / QUEUE
+        queue.mkdir(parents=True, exist_ok=True)
+        tmp = queue / f"{PREPARED_PREFIX}{os.getpid()}_{id(self)}.tmp"
+        prepare_file(tmp, 1024)
+        self._prepared = tmp
 
     def ensure_running(self) -> bool:
         """Start the worker unless one holds the spool's worker lock; True when started."""
@@ -255,6 +285,16 @@ class Worker:
         queue = self.root / QUEUE
         return sorted(queue.glob("*.json")) if queue.is_dir() else []
 
+    def drop_stale_prepared(self) -> None:
+        """Remove the job files prepared by processes that are gone (one that died with a
+        window open leaves its empty ``.next_<pid>_<client>.tmp``)."""
+        queue = self.root / QUEUE
+        for path in queue.glob(f"{PREPARED_PREFIX}*.tmp") if queue.is_dir() else []:
+            pid = path.name.removeprefix(PREPARED_PREFIX).split("_", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
     def capture_in_progress(self) -> bool:
         """True while a training process captures a window (it holds a capturing lock)."""
         folder = self.root / CAPTURING
@@ -354,6 +394,7 @@ class Worker:
                     time.sleep(0.1)
                     continue
                 if now - last_work > (self.idle_s if alive else 0.0):
+                    self.drop_stale_prepared()
                     _release(lock)
                     lock = None
                     # a job queued while we decided to stop: its client saw our lock held

@@ -48,6 +48,7 @@ from typing import Any, Literal
 import msgspec
 
 from neuron_mlflow.sinks.claims import Claim, claim
+from neuron_mlflow.sinks.prepared_files import prepare_file, write_whole
 from neuron_mlflow.sinks.window_record import (
     Window,
     WindowState,
@@ -66,6 +67,12 @@ _session_counter = itertools.count(1)
 
 
 _NULLABLE = {"run_id", "error"}
+
+
+def _manifest_tmp(folder: Path) -> Path:
+    """The temporary file a manifest is written to before it is renamed into place (one per
+    process: two writers never share one)."""
+    return folder / f".{MANIFEST}.{os.getpid()}.tmp"
 
 
 @dataclass
@@ -134,8 +141,8 @@ class WindowRecord:
 
     def save(self) -> None:
         """Write the record (atomically: a temporary file renamed over the manifest)."""
-        tmp = self.path / f".{MANIFEST}.{os.getpid()}.tmp"
-        tmp.write_bytes(encode_window(self.window))
+        tmp = _manifest_tmp(self.path)
+        write_whole(tmp, encode_window(self.window))  # prepared when the window opened
         os.replace(tmp, self.path / MANIFEST)
 
     def update(self, **fields: Any) -> None:
@@ -214,10 +221,19 @@ class Spool:
         return path
 
     @staticmethod
-    def capture_dir(session_dir: Path, window_index: int) -> Path:
-        """Staging folder where the profiler writes a running window's output."""
+    def capture_dir(session_dir: Path, window_index: int, prefix: str | None = None) -> Path:
+        """Staging folder where the profiler writes a running window's output.
+
+        Every new file and folder the window's end needs is made here, when the window
+        opens: the manifest's temporary file (:mod:`neuron_mlflow.sinks.prepared_files`;
+        overwritten and renamed at the end) and, given the window's ``prefix``, the folder
+        its window lands in. The end then only writes and renames.
+        """
         path = session_dir / CAPTURE / f"window_{window_index}"
         path.mkdir(parents=True, exist_ok=True)
+        prepare_file(_manifest_tmp(path))
+        if prefix is not None:
+            (session_dir / prefix).mkdir(parents=True, exist_ok=True)
         return path
 
     def create_window(
@@ -277,20 +293,26 @@ class Spool:
                     held.release()
                 raise
             return WindowRecord(path=path, window=window, claim=held)
-        (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
-        held = claim(path) if claimed else None
-        if staged is not None:
-            if takes_over:
-                shutil.rmtree(path / ARTIFACTS)
-                os.replace(staged / ARTIFACTS, path / ARTIFACTS)
-            shutil.rmtree(staged, ignore_errors=True)
-        record = WindowRecord(path=path, window=window, claim=held)
+        return _fill_in_place(path, window, staged, claimed)
+
+    def place_window(self, session_dir: Path, window: Window, staged: Path) -> WindowRecord:
+        """Put a live window in place, its record already made (the training thread's
+        window end): the record goes into ``staged`` beside the traces (``artifacts/``),
+        then one rename makes both visible at ``<session_dir>/<artifact_path>``, so a crash
+        leaves either the staged window or the placed one. Nothing is checked beforehand:
+        the rename fails when a window already holds the place (the same steps captured
+        again), and then the new one takes over its artifacts as :meth:`create_window`
+        does."""
+        path = session_dir / window.artifact_path
+        WindowRecord(path=staged, window=window).save()
         try:
-            record.save()
-        except BaseException:
-            record.release()
-            raise
-        return record
+            os.rename(staged, path)
+        except FileNotFoundError:  # the prefix's folder (made when the window opened) is gone
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(staged, path)
+        except OSError:
+            return _fill_in_place(path, window, staged, claimed=False)
+        return WindowRecord(path=path, window=window)
 
     def windows(self, *statuses: Status) -> Iterator[WindowRecord]:
         """Spooled windows, oldest first, optionally only those with the given statuses.
@@ -311,6 +333,25 @@ class Spool:
                 continue
             if not statuses or record.status in statuses:
                 yield record
+
+
+def _fill_in_place(path: Path, window: Window, staged: Path | None, claimed: bool) -> WindowRecord:
+    """A window written at ``path`` (made, or already there): ``staged``'s artifacts, if
+    any, replace the ones there, and its record is saved last."""
+    (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
+    held = claim(path) if claimed else None
+    if staged is not None:
+        if (staged / ARTIFACTS).is_dir():
+            shutil.rmtree(path / ARTIFACTS)
+            os.replace(staged / ARTIFACTS, path / ARTIFACTS)
+        shutil.rmtree(staged, ignore_errors=True)
+    record = WindowRecord(path=path, window=window, claim=held)
+    try:
+        record.save()
+    except BaseException:
+        record.release()
+        raise
+    return record
 
 
 def write_summary_files(
