@@ -79,7 +79,14 @@ def sample_host_load() -> HostLoad:
             threads = int(torch.get_num_threads())
         except Exception:
             threads = None
-    return HostLoad(time.monotonic(), steal, total, load, os.cpu_count() or 1, threads)
+    return HostLoad(time.monotonic(), steal, total, load, _cpu_count(), threads)
+
+
+@functools.cache
+def _cpu_count() -> int:
+    """The CPU count, read once (``os.cpu_count()`` reads ``/sys`` every time: 0.05 ms at a
+    window's end)."""
+    return os.cpu_count() or 1
 
 
 def host_load_tags(start: HostLoad, end: HostLoad) -> dict[str, str]:
