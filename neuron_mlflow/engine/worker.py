@@ -161,10 +161,10 @@ class WorkerClient:
         """
         self._register()
         queue = self.root / QUEUE
-        queue.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}_{os.getpid()}_{next(_job_counter)}.json"
         tmp, self._prepared = self._prepared, None
-        if tmp is None:
+        if tmp is None:  # (prepared: the queue is there)
+            queue.mkdir(parents=True, exist_ok=True)
             tmp = queue / f".{name}.tmp"
         write_whole(tmp, msgspec.json.encode(job))
         os.replace(tmp, queue / name)
