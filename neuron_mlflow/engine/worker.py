@@ -166,7 +166,11 @@ class WorkerClient:
         if tmp is None:  # (prepared: the queue is there)
             queue.mkdir(parents=True, exist_ok=True)
             tmp = queue / f".{name}.tmp"
-        write_whole(tmp, msgspec.json.encode(job))
+        try:
+            write_whole(tmp, msgspec.json.encode(job))
+        except FileNotFoundError:  # the queue folder was removed since
+            queue.mkdir(parents=True, exist_ok=True)
+            write_whole(tmp, msgspec.json.encode(job))
         os.replace(tmp, queue / name)
         self.ensure_running()
         return queue / name

@@ -133,3 +133,46 @@ def test_a_job_file_round_trips() -> None:
     assert msgspec.json.decode(msgspec.json.encode(job), type=Job) == job
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(b'{"window": 3}', type=Job)
+
+
+def test_a_window_end_only_overwrites_and_renames_files_made_when_it_opened(tmp_path) -> None:
+    # what the window's end writes (its manifest, its job) exists, with room, from its open
+    import torch
+
+    import neuron_mlflow as nm
+
+    spool = tmp_path / "spool"
+    prof = nm.profile(
+        backend="cpu", schedule=nm.Schedule(wait=1, warmup=1, active=2), local_dir=str(spool),
+        upload_timeout_s=0.0,
+    )  # fmt: skip
+    with prof:
+        for step in range(4):
+            torch.ones(4).mul_(2.0)
+            prof.step()
+            if step == 1:  # the window is open: warm-up done, recording
+                (prepared,) = (spool / QUEUE).glob(f"{worker.PREPARED_PREFIX}{os.getpid()}_*.tmp")
+                (staging,) = spool.glob("*/.capture/window_0")
+                (manifest_tmp,) = staging.glob(".manifest.json.*.tmp")
+                assert prepared.stat().st_size > 0 and manifest_tmp.stat().st_size > 0
+                assert list((spool / QUEUE).glob("*.json")) == [], "no job yet"
+                assert list(spool.glob("*/profile")) != [], "its place is made"
+    (record,) = list(Spool(spool).windows())
+    assert record.artifact_path == "profile/step_000002-000003"
+    assert not prepared.exists(), "the prepared job file became the job"
+    assert not staging.exists(), "the staged window was renamed into place"
+    assert not list(record.path.glob(".manifest.json.*.tmp")), "renamed to manifest.json"
+
+
+def test_the_worker_removes_job_files_prepared_by_dead_processes(tmp_path) -> None:
+    queue = tmp_path / QUEUE
+    queue.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    left = queue / f"{worker.PREPARED_PREFIX}{dead.stdout.strip()}_1.tmp"
+    mine = queue / f"{worker.PREPARED_PREFIX}{os.getpid()}_1.tmp"
+    left.write_bytes(b" " * 8)
+    mine.write_bytes(b" " * 8)
+    Worker(tmp_path, idle_s=0.0).loop()  # no client: it tidies up and exits
+    assert not left.exists(), "a dead process's prepared file is removed"
+    assert mine.exists(), "a living one's stays"

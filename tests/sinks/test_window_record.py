@@ -7,6 +7,7 @@ from __future__ import annotations
 import calendar
 import json
 
+import msgspec
 import pytest
 
 from neuron_mlflow.engine.sync import sync_pending
@@ -97,3 +98,30 @@ def test_a_manifest_of_the_previous_release_still_syncs(tmp_path, tracking_uri) 
     ((_, run_id),) = report.uploaded
     assert metric_history(run_id, "profile/steps") == [(2, 2.0)]
     assert _on_disk(record)["state"] == "uploaded", "written back in the current format"
+
+
+def test_placing_a_window_where_one_is_takes_over_its_artifacts(tmp_path) -> None:
+    # the same steps captured again in one session: the newer window replaces the older
+    spool = Spool(tmp_path)
+    session = spool.new_session_dir()
+    old = spool.create_window(session, "p/step_000001-000002")
+    (old.artifacts_dir / "old.txt").write_text("old")
+    staged = Spool.capture_dir(session, 1, "p")
+    (staged / "artifacts" / "traces").mkdir(parents=True)
+    (staged / "artifacts" / "traces" / "new.json").write_text("{}")
+    window = msgspec.structs.replace(old.window, steps=7)
+    placed = spool.place_window(session, window, staged)
+    assert placed.path == old.path and not staged.exists()
+    assert [p.name for p in placed.artifacts_dir.rglob("*.*")] == ["new.json"]
+    assert WindowRecord.load(placed.path).window.steps == 7
+
+
+def test_write_whole_leaves_exactly_the_new_content(tmp_path) -> None:
+    from neuron_mlflow.sinks.prepared_files import prepare_file, write_whole
+
+    path = tmp_path / "f.tmp"
+    prepare_file(path, 64)
+    write_whole(path, b"abc")
+    assert path.read_bytes() == b"abc", "cut to length"
+    write_whole(tmp_path / "new.tmp", b"xyz")
+    assert (tmp_path / "new.tmp").read_bytes() == b"xyz", "made when missing"
