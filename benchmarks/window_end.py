@@ -1,8 +1,8 @@
 """Benchmark: the step that ends a profiling window, and the steps after it, ours against raw
 ``torch.profiler``, for the context manager (``nm.profile``) and the Lightning callback.
 
-Side by side in one invocation, interleaved round by round (the order of the two variants
-alternates), each measurement in a fresh Python process. Two front ends:
+Side by side in one invocation, interleaved round by round (the order of the three variants
+rotates), each measurement in a fresh Python process. Two front ends:
 
 - ``decorator``: ``nm.profile`` as a context manager (the decorator's engine) around a loop of
   ``step()`` calls, against a raw ``torch.profiler.profile`` stepped the same way;
@@ -31,6 +31,13 @@ the first round. Windows: small (50 ops x 5 steps) and large (600 ops x 20 steps
 medians over the rounds and the ratio ours/raw of the medians. Targets: hook <= 1.1x raw,
 steps after <= 1.05x raw.
 
+A third variant is the control for the steps after: the raw profiler with another process
+(idle class, like our worker) parsing JSON on the other CPU from the window's end until the
+steps after are done. What the steps after lose beside it is what any process working
+beside the training thread costs on this machine (a VM's two vCPUs can share one physical
+core), whatever that process is. The last column is the steps around the window's open
+(its warm-up step begins: the profiler starts, and ours makes the files its end writes).
+
 Run:  .venv/bin/python benchmarks/window_end.py [--mode both|decorator|lightning] [--rounds 5]
 """
 
@@ -56,6 +63,8 @@ SIZES = {"small": (50, 5), "large": (600, 20)}
 WAIT = 5
 """Steps before the window's warm-up step (the process warms up there)."""
 EXPERIMENT = "window-end-benchmark"
+VARIANTS = ["ours", "raw", "busy"]
+"""ours; the raw profiler; the raw profiler with a busy process beside the steps after."""
 
 
 def work(ops: int, x):
@@ -113,9 +122,15 @@ class Probe:
 
         worker.start_worker = observed
 
+    busy: Busy | None = None
+
     def sample(self, index: int, last: int, after: int) -> None:
         if index in (last, last + after):
             self.thread_cpu.append(time.thread_time())
+        if self.busy is not None and index == last:
+            self.busy.start()
+        if self.busy is not None and index == last + after:
+            self.busy.stop()
         if index == last + after and self.worker_pid is not None:
             try:
                 fields = Path(f"/proc/{self.worker_pid}/stat").read_text().rsplit(")", 1)[1]
@@ -125,9 +140,53 @@ class Probe:
                 self.worker_cpu_s = float("nan")
 
 
+BUSY_CODE = """
+import json, os, sys
+from neuron_mlflow.engine.worker import run_idle
+run_idle(os.getpid())  # the class our worker runs in
+fd = int(sys.argv[1])
+os.read(fd, 1)  # the window ended
+text = json.dumps([{"name": "aten::add", "ts": i, "dur": 1.5, "args": {}} for i in range(20000)])
+os.set_blocking(fd, False)
+while True:
+    json.loads(text)  # trace-parsing work, as our worker does
+    try:
+        if os.read(fd, 1) in (b"x", b""):
+            break
+    except BlockingIOError:
+        pass
+"""
+
+
+class Busy:
+    """The control for the steps after: another process that parses JSON on the other CPU
+    from the window's end until the steps after are done (started before the window, in
+    the idle class like our worker). What the steps after lose beside it is what any
+    process working beside the training thread costs on this machine."""
+
+    def __init__(self) -> None:
+        read, self.write = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", BUSY_CODE, str(read)], pass_fds=(read,),
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        os.close(read)
+        time.sleep(1.0)  # its interpreter started and imported before the window
+
+    def start(self) -> None:
+        os.write(self.write, b"s")
+
+    def stop(self) -> None:
+        os.write(self.write, b"x")
+        os.close(self.write)
+        self.process.wait(timeout=60)
+
+
 def _split(ends: list[float], starts: list[float], last: int, after: int, probe: Probe) -> dict:
     """hook = the window-ending call (index ``last``); after = the next ``after`` steps."""
     return {
+        "open_s": ends[WAIT] - ends[WAIT - 2],  # the steps around the window's open (its
+        # warm-up step's begin: the profiler starts; ours also makes the end's files)
         "hook_s": ends[last] - starts[last],
         "after_s": ends[last + after] - ends[last],
         "after_cpu_s": probe.thread_cpu[1] - probe.thread_cpu[0],
@@ -161,6 +220,8 @@ def decorator_child(variant: str, ops: int, steps: int, after: int, folder: Path
         summary = prof.summary
         check = summary is not None and summary.steps == steps
     else:
+        if variant == "busy":
+            probe.busy = Busy()
         prof, path = raw_profiler(steps, folder)
         prof.start()
         for index in range(total):
@@ -233,6 +294,8 @@ def lightning_child(variant: str, ops: int, steps: int, after: int, folder: Path
     probe = Probe()
     if variant == "ours":
         probe.watch_worker()
+    if variant == "busy":
+        probe.busy = Busy()
     profiler = (
         nm.NeuronProfilerCallback(**our_config(steps, folder))
         if variant == "ours"
@@ -333,7 +396,7 @@ def main() -> None:
     for round_index in range(args.rounds):
         for mode in modes:
             for size in sizes:
-                order = ["ours", "raw"] if round_index % 2 == 0 else ["raw", "ours"]
+                order = VARIANTS[round_index % 3 :] + VARIANTS[: round_index % 3]
                 for variant in order:
                     result = run_child(mode, variant, size, args.after, base)
                     if not result["check"]:
@@ -351,14 +414,16 @@ def main() -> None:
     print()
     print(
         f"| front end | window | hook ours ms | hook raw ms | hook ratio | {args.after} steps "
-        "after, ours ms | raw ms | after ratio | training thread CPU after, ours/raw | "
-        "worker CPU by then ms |"
+        "after, ours ms | raw ms | after ratio | raw + a busy process ms | its ratio | "
+        "training thread CPU after, ours/raw | worker CPU by then ms | window's opening "
+        "steps, ours/raw |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode in modes:
         for size in sizes:
             ops, steps = SIZES[size]
             ours, raw = results[(mode, size, "ours")], results[(mode, size, "raw")]
+            busy = results[(mode, size, "busy")]
 
             def both(key: str, ours=ours, raw=raw) -> tuple[float, float]:
                 return med([r[key] for r in ours]), med([r[key] for r in raw])
@@ -366,12 +431,15 @@ def main() -> None:
             hook_o, hook_r = both("hook_s")
             aft_o, aft_r = both("after_s")
             cpu_o, cpu_r = both("after_cpu_s")
+            open_o, open_r = both("open_s")
+            aft_b = med([r["after_s"] for r in busy])
             worker = med([r["worker_cpu_s"] for r in ours])
             print(
                 f"| {mode} | {size} ({ops} ops x {steps} steps) | {1e3 * hook_o:.1f} | "
                 f"{1e3 * hook_r:.1f} | {hook_o / hook_r:.2f} | {1e3 * aft_o:.1f} | "
-                f"{1e3 * aft_r:.1f} | {aft_o / aft_r:.2f} | {cpu_o / cpu_r:.2f} | "
-                f"{1e3 * worker:.0f} |"
+                f"{1e3 * aft_r:.1f} | {aft_o / aft_r:.2f} | {1e3 * aft_b:.1f} | "
+                f"{aft_b / aft_r:.2f} | {cpu_o / cpu_r:.2f} | {1e3 * worker:.0f} | "
+                f"{open_o / open_r:.2f} |"
             )
     print()
     print("per round (hook ms / after ms):", file=sys.stderr)
