@@ -253,6 +253,7 @@ class ProfilingSession:
         on_demand: bool = True,
     ) -> None:
         self.config = config
+        self._guard: Guard | None = None  # (see guarded)
         self.prefix = prefix or config.metric_prefix
         self.backend = resolve_backend(config.backend, config)
         self.upload_enabled = upload
@@ -528,7 +529,10 @@ class ProfilingSession:
         ``end_step``, ``abort``), in the guard (:mod:`neuron_mlflow.engine.guard`): a failure
         becomes one report and turns profiling off for this session (the profiled code goes
         on), unless ``config.strict``. Once profiling is off these calls cost a comparison."""
-        return Guard(self.config.strict, self._turn_off)(fn, *args, **kwargs)
+        guard = self._guard
+        if guard is None or guard.strict is not self.config.strict:
+            guard = self._guard = Guard(self.config.strict, self._turn_off)  # made once
+        return guard(fn, *args, **kwargs)
 
     @property
     def disabled(self) -> bool:
