@@ -148,14 +148,25 @@ fd = int(sys.argv[1])
 os.read(fd, 1)  # the window ended
 text = json.dumps([{"name": "aten::add", "ts": i, "dur": 1.5, "args": {}} for i in range(20000)])
 os.set_blocking(fd, False)
+if sys.argv[2] == "disk":  # commits to a SQLite file, as MLflow's local store does
+    import sqlite3, tempfile
+    db = sqlite3.connect(os.path.join(tempfile.mkdtemp(), "busy.db"))
+    db.execute("create table t (v text)")
 while True:
-    json.loads(text)  # trace-parsing work, as our worker does
+    if sys.argv[2] == "disk":
+        db.execute("insert into t values (?)", (text[:200],))
+        db.commit()
+    else:
+        json.loads(text)  # trace-parsing work, as our worker does
     try:
         if os.read(fd, 1) in (b"x", b""):
             break
     except BlockingIOError:
         pass
 """
+
+
+BUSY_ENV = "NEURON_MLFLOW_BENCH_BUSY"
 
 
 class Busy:
@@ -167,7 +178,8 @@ class Busy:
     def __init__(self) -> None:
         read, self.write = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", BUSY_CODE, str(read)], pass_fds=(read,),
+            [sys.executable, "-c", BUSY_CODE, str(read), os.environ.get(BUSY_ENV, "cpu")],
+            pass_fds=(read,),
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )  # fmt: skip
         os.close(read)
@@ -376,6 +388,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--after", type=int, default=20, help="steps timed after the window")
     parser.add_argument("--sizes", default="small,large")
+    parser.add_argument(
+        "--busy", choices=["cpu", "disk"], default="cpu",
+        help="the control's work: parse JSON (cpu) or commit to SQLite, as MLflow's local "
+        "store does (disk)",
+    )  # fmt: skip
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -386,6 +403,7 @@ def main() -> None:
             result = child(variant, int(ops), int(steps), int(after), Path(folder))
         print(json.dumps(result))
         return
+    os.environ[BUSY_ENV] = args.busy  # read by the control's children
     base = Path(tempfile.mkdtemp(prefix="window-end-"))
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{base / 'mlflow.db'}"
     init_store(base)

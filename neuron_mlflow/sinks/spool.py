@@ -4,7 +4,8 @@ Layout under ``local_dir``::
 
     <session>/                             one per profiling session (time, host, pid, n)
       .capture/window_<n>/artifacts/traces/rank_<r>/
-                                           the profiler writes here while a window runs;
+                                           the profiler writes here while a window runs
+                                           (.manifest.json.<pid>.tmp made when it opens);
                                            at its end the folder is renamed to:
       <P>/step_<first>-<last>/
         manifest.json                      the window record (sinks/window_record.py: state,
