@@ -291,7 +291,9 @@ class Worker:
 
     def drop_stale_prepared(self) -> None:
         """Remove the job files prepared by processes that are gone (one that died with a
-        window open leaves its empty ``.next_<pid>_<client>.tmp``)."""
+        window open leaves its unused ``.next_<pid>_<client>.tmp``). Removing a living
+        process's (a pid of another host, on a shared folder) costs it nothing: its
+        :meth:`WorkerClient.submit` makes the file again."""
         queue = self.root / QUEUE
         for path in queue.glob(f"{PREPARED_PREFIX}*.tmp") if queue.is_dir() else []:
             pid = path.name.removeprefix(PREPARED_PREFIX).split("_", 1)[0]
