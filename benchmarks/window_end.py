@@ -167,6 +167,13 @@ while True:
 
 
 BUSY_ENV = "NEURON_MLFLOW_BENCH_BUSY"
+LEAD_ENV = "NEURON_MLFLOW_BENCH_LEAD_S"
+
+
+def lead() -> None:
+    """``--lead-s``: sleep before the first step (every variant), after our session started
+    its worker: the worker's one-time imports are then done before the window opens."""
+    time.sleep(float(os.environ.get(LEAD_ENV, "0")))
 
 
 class Busy:
@@ -223,6 +230,7 @@ def decorator_child(variant: str, ops: int, steps: int, after: int, folder: Path
     if variant == "ours":
         probe.watch_worker()
         with nm.profile(**our_config(steps, folder)) as prof:
+            lead()
             for index in range(total):
                 x = work(ops, x)
                 starts.append(time.perf_counter())
@@ -236,6 +244,7 @@ def decorator_child(variant: str, ops: int, steps: int, after: int, folder: Path
             probe.busy = Busy()
         prof, path = raw_profiler(steps, folder)
         prof.start()
+        lead()
         for index in range(total):
             x = work(ops, x)
             starts.append(time.perf_counter())
@@ -289,6 +298,10 @@ def lightning_child(variant: str, ops: int, steps: int, after: int, folder: Path
     class Before(Callback):
         def __init__(self) -> None:
             self.starts: list[float] = []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if batch_idx == 0:
+                lead()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             self.starts.append(time.perf_counter())
@@ -393,6 +406,11 @@ def main() -> None:
         help="the control's work: parse JSON (cpu) or commit to SQLite, as MLflow's local "
         "store does (disk)",
     )  # fmt: skip
+    parser.add_argument(
+        "--lead-s", type=float, default=0.0,
+        help="sleep this long before the first step (every variant): our worker's one-time "
+        "imports are then done before the window (a diagnostic)",
+    )  # fmt: skip
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -403,7 +421,8 @@ def main() -> None:
             result = child(variant, int(ops), int(steps), int(after), Path(folder))
         print(json.dumps(result))
         return
-    os.environ[BUSY_ENV] = args.busy  # read by the control's children
+    os.environ[BUSY_ENV] = args.busy
+    os.environ[LEAD_ENV] = str(args.lead_s)  # read by the control's children
     base = Path(tempfile.mkdtemp(prefix="window-end-"))
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{base / 'mlflow.db'}"
     init_store(base)
