@@ -152,8 +152,24 @@ if sys.argv[2] == "disk":  # commits to a SQLite file, as MLflow's local store d
     import sqlite3, tempfile
     db = sqlite3.connect(os.path.join(tempfile.mkdtemp(), "busy.db"))
     db.execute("create table t (v text)")
+if sys.argv[2] == "write":  # a trace compressed into a new file and the old one removed,
+    import gzip, tempfile  # as our worker does with a window's trace
+    folder = tempfile.mkdtemp()
+    big = (text * 8).encode()
+if sys.argv[2] == "memory":  # fresh memory touched and given back, as imports and parsing do
+    import mmap
 while True:
-    if sys.argv[2] == "disk":
+    if sys.argv[2] == "memory":
+        block = mmap.mmap(-1, 64 << 20)
+        for offset in range(0, 64 << 20, 4096):
+            block[offset] = 1
+        block.close()
+    elif sys.argv[2] == "write":
+        target = os.path.join(folder, "trace.json.gz")
+        with gzip.open(target, "wb", compresslevel=1) as out:
+            out.write(big)
+        os.remove(target)
+    elif sys.argv[2] == "disk":
         db.execute("insert into t values (?)", (text[:200],))
         db.commit()
     else:
@@ -402,9 +418,10 @@ def main() -> None:
     parser.add_argument("--after", type=int, default=20, help="steps timed after the window")
     parser.add_argument("--sizes", default="small,large")
     parser.add_argument(
-        "--busy", choices=["cpu", "disk"], default="cpu",
-        help="the control's work: parse JSON (cpu) or commit to SQLite, as MLflow's local "
-        "store does (disk)",
+        "--busy", choices=["cpu", "disk", "write", "memory"], default="cpu",
+        help="the control's work: parse JSON (cpu), commit to SQLite as MLflow's local store "
+        "does (disk), gzip a large trace into a new file and remove it (write), or touch "
+        "fresh memory and give it back (memory)",
     )  # fmt: skip
     parser.add_argument(
         "--lead-s", type=float, default=0.0,
