@@ -253,7 +253,7 @@ class ProfilingSession:
         on_demand: bool = True,
     ) -> None:
         self.config = config
-        self._guard: Guard | None = None  # (see guarded)
+        self._guard = Guard(config.strict, self._turn_off)  # (the config is frozen)
         self.prefix = prefix or config.metric_prefix
         self.backend = resolve_backend(config.backend, config)
         self.upload_enabled = upload
@@ -529,10 +529,7 @@ class ProfilingSession:
         ``end_step``, ``abort``), in the guard (:mod:`neuron_mlflow.engine.guard`): a failure
         becomes one report and turns profiling off for this session (the profiled code goes
         on), unless ``config.strict``. Once profiling is off these calls cost a comparison."""
-        guard = self._guard
-        if guard is None or guard.strict is not self.config.strict:
-            guard = self._guard = Guard(self.config.strict, self._turn_off)  # made once
-        return guard(fn, *args, **kwargs)
+        return self._guard(fn, *args, **kwargs)
 
     @property
     def disabled(self) -> bool:
@@ -646,7 +643,7 @@ class ProfilingSession:
             return None
         upload = self.upload_enabled and status != "incomplete"
         end, self._live = self._live, None
-        if end is None or end.capture is not capture:  # (drafting failed when it opened)
+        if end is None:  # drafting failed when the window opened
             end = self.guarded(self._draft, capture)
             if end is None:
                 return None
@@ -661,7 +658,7 @@ class ProfilingSession:
             ranks = self._capture_ranks or tuple(range(end.world_size))
             skew = SkewRequest(self.prefix, record.window.metric_step, tuple(ranks))
         handed = Job(
-            window=f"{end.session_dir.name}/{record.window.artifact_path}",  # under the root
+            window=record.path.relative_to(self._spool.root).as_posix(),
             upload=upload,
             upload_timeout_s=self.config.upload_timeout_s,
             skew=skew,

@@ -163,12 +163,11 @@ class WorkerClient:
         queue = self.root / QUEUE
         name = f"{time.time_ns():020d}_{os.getpid()}_{next(_job_counter)}.json"
         tmp, self._prepared = self._prepared, None
-        if tmp is None:  # (prepared: the queue is there)
-            queue.mkdir(parents=True, exist_ok=True)
+        if tmp is None:
             tmp = queue / f".{name}.tmp"
         try:
             write_whole(tmp, msgspec.json.encode(job))
-        except FileNotFoundError:  # the queue folder was removed since
+        except FileNotFoundError:  # no queue folder (not prepared, or removed since)
             queue.mkdir(parents=True, exist_ok=True)
             write_whole(tmp, msgspec.json.encode(job))
         os.replace(tmp, queue / name)
