@@ -92,10 +92,34 @@ def wait_handled(local_dir: str | Path, timeout_s: float = 60.0) -> None:
 
     from neuron_mlflow.sinks.spool import Spool
 
+    queue = Path(local_dir) / ".queue"
     deadline = time.monotonic() + timeout_s
-    while not all(r.manifest.get("handled") for r in Spool(local_dir).windows()):
+    # a window whose job is queued may not be in place yet: the worker puts it there
+    while list(queue.glob("*.json")) or not all(
+        r.manifest.get("handled") for r in Spool(local_dir).windows()
+    ):
         assert time.monotonic() < deadline, f"the worker did not finish {local_dir} in time"
         time.sleep(0.05)
+
+
+def spooled_places(local_dir: str | Path) -> set[str]:
+    """Where every window that ended is, or will be, under ``local_dir``: in place, or staged
+    with its end facts queued for the worker (which puts it in place). The queue is read
+    first: a window leaves it only once it is in place."""
+    import msgspec
+
+    from neuron_mlflow.engine.worker import Job
+    from neuron_mlflow.sinks.spool import Spool
+
+    root = Path(local_dir)
+    places = set()
+    for job_file in (root / ".queue").glob("*.json"):
+        try:
+            job = msgspec.json.decode(job_file.read_bytes(), type=Job)
+        except (OSError, msgspec.DecodeError):
+            continue  # taken by the worker meanwhile: in place now
+        places.add(str(root / job.window))
+    return places | {str(r.path) for r in Spool(root).windows()}
 
 
 def inject_worker_failure(monkeypatch, tmp_path: Path, target: str, message: str) -> None:

@@ -2,13 +2,16 @@
 
 Two halves of one window's life, on two sides of a process boundary:
 
-- :func:`spool_live`, on the training thread, once the profiler stopped and the backend
-  wrote its trace: the window's :class:`~neuron_mlflow.sinks.window_record.Window` record
-  (state ``spooled``) goes in with the traces and one rename puts it in place. That is all
-  the training thread does with a window.
-- :func:`summarise_window`, in the worker process (and in ``sync`` for a window whose
-  process ended first): reads the window's trace with the trace engine, runs the backend's
-  device analysis, writes metrics, summary files and ``report.html`` (state ``summarised``).
+- On the training thread: :func:`draft_window` when the window opens (its
+  :class:`~neuron_mlflow.sinks.window_record.Window` record with what is known then, saved
+  beside the trace), :func:`end_facts` once the profiler stopped and the backend wrote its
+  trace (the facts go into the worker's job). That is all the training thread does with a
+  window. (:func:`spool_live` puts a window ended by an exception, a stage's end or a signal
+  in place on the spot, the same way.)
+- :func:`place_ended` then :func:`summarise_window`, in the worker process (and in ``sync``
+  for a window whose process ended first): the record completed and the window put in
+  place (state ``spooled``); then its trace read with the trace engine, the backend's
+  device analysis, metrics, summary files and ``report.html`` (state ``summarised``).
   It takes the record and nothing else, so the same trace gives the same numbers wherever
   it is summarised.
 
@@ -48,9 +51,10 @@ from neuron_mlflow.capture.backends import BACKENDS, Backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.end_facts import EndFacts, complete_window
 from neuron_mlflow.engine.environment import environment_tags
 from neuron_mlflow.engine.guard import guarded
-from neuron_mlflow.engine.host_load import host_load_tags, sample_host_load
+from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.window import WindowSpec, write_summary
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
@@ -58,13 +62,11 @@ from neuron_mlflow.naming import (
     DEVICE_TIME_SOURCE_TAG,
     TAG_PREFIX,
     param_key,
-    partial_tag,
     rank_metrics,
-    reason_tag,
     window_artifact_path,
 )
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
-from neuron_mlflow.sinks.window_record import Window, WindowFacts, WindowState
+from neuron_mlflow.sinks.window_record import Window, WindowState
 from neuron_mlflow.summary.ops import OpSummary, build_summary
 
 
@@ -88,7 +90,8 @@ class LiveEnd:
             offline job sync into one run.
         rank_metrics: log this rank's own times (``P/rank/<r>/...``; always in a job of
             several ranks).
-        draft: the window's record as far as it is known when the window opens.
+        draft: the window's record as far as it is known when the window opens;
+            ``draft_saved``: it is saved in the staging folder (``Spool.save_draft``).
     """
 
     capture: LiveWindow
@@ -107,14 +110,15 @@ class LiveEnd:
     job_id: str | None = None
     rank_metrics: bool = False
     draft: Window | None = None
+    draft_saved: bool = False
 
 
 def draft_window(end: LiveEnd) -> Window:
     """When a window opens (before its profiler starts, so outside the window): its record
     with everything known then (the config's document and params, the run it goes to by
-    name, the rank, the reason). :func:`spool_live` completes it at the window's end, which
-    then builds no keyword dictionaries and validates nothing (about 0.1 ms of a small
-    window's end before: ``benchmarks/window_end.py``)."""
+    name, the rank, the reason). It is completed with the window's :class:`EndFacts`
+    (:func:`~neuron_mlflow.engine.end_facts.complete_window`) by the worker process, or
+    by :func:`spool_live`."""
     capture, config = end.capture, end.capture.config
     return Window(
         state=WindowState.SPOOLED,
@@ -142,48 +146,72 @@ def draft_window(end: LiveEnd) -> Window:
     )
 
 
-def spool_live(end: LiveEnd) -> WindowRecord:
-    """On the training thread: put the stopped window into the spool (record + traces), in
-    state ``spooled``. It is not claimed: the record is complete before one rename makes it
-    visible, so the worker or a ``sync`` may take it from then on."""
+def end_facts(end: LiveEnd) -> EndFacts:
+    """On the training thread, once the profiler stopped: the window's :class:`EndFacts`
+    (no MLflow call, nothing written). The worker process completes the record with them
+    (:func:`~neuron_mlflow.engine.end_facts.complete_window`)."""
     capture = end.capture
-    window = end.draft if end.draft is not None else draft_window(end)
-    end.draft = None  # one window, one record
     # read at every window's end: a backend's facts can change once its profiler has run
     # (the Neuron SDK that refuses ``correlate_device_time``)
-    tags = environment_tags(capture.backend.describe(), end.rank, end.world_size)
-    if capture.host_load is not None:  # what makes timings noisy on a shared host
-        tags.update(host_load_tags(capture.host_load, sample_host_load()))
-    artifact_path = window_artifact_path(end.prefix, capture.window.first, capture.last_recorded)
-    tags[reason_tag(artifact_path)] = capture.reason
-    if end.partial:
-        tags[partial_tag(artifact_path)] = "true"
+    environment = environment_tags(capture.backend.describe(), end.rank, end.world_size)
     errors = [*capture.errors, *([end.error] if end.error else [])]
-    window.document["environment"] = dict(tags)
-    window.document["errors"] = errors
     target = end.target or RunTarget()
-    now = time.time()
-    window.state = WindowState.INCOMPLETE if end.status == "incomplete" else WindowState.SPOOLED
-    window.artifact_path = artifact_path
-    window.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-    window.captured_ms = int(now * 1000)  # the metrics' timestamp
-    window.facts = WindowFacts(
+    return EndFacts(
+        status=end.status,
+        partial=end.partial,
+        errors=errors,
         index=capture.window.index,
         first=capture.window.first,
         last=capture.last_recorded,
-        partial=end.partial,
+        steps=capture.recorded_steps,
+        wall_time_us=capture.wall_ns / 1000.0,
+        artifact_path=window_artifact_path(end.prefix, capture.window.first, capture.last_recorded),
+        captured_ms=int(time.time() * 1000),  # the metrics' timestamp
+        metric_step=capture.last_recorded if end.metric_step is None else end.metric_step,
+        reason=capture.reason,
+        run_id=target.known_run(end.active_run),
+        tracking_uri=_tracking_uri(end.target),
+        experiment_id=_active_experiment_id(capture.config.experiment_name),
+        environment=environment,
+        host_load_open=capture.host_load,  # what makes timings noisy on a shared host
+        host_load_end=sample_host_load() if capture.host_load is not None else None,
     )
-    window.steps = capture.recorded_steps
-    window.wall_time_us = capture.wall_ns / 1000.0
-    window.run_id = target.known_run(end.active_run)
-    window.tracking_uri = _tracking_uri(end.target)
-    window.experiment_id = _active_experiment_id(capture.config.experiment_name)
-    window.metric_step = capture.last_recorded if end.metric_step is None else end.metric_step
-    window.tags = tags
-    window.error = "; ".join(errors) or None
+
+
+def spool_live(end: LiveEnd, facts: EndFacts | None = None) -> WindowRecord:
+    """Put the stopped window into the spool now (record + traces, state ``spooled``): for
+    a window ended by an exception, a stage's end or a signal. (The step that ends a window
+    by its schedule only notes its :func:`end_facts`; the worker process places it with
+    :func:`place_ended`.) It is not claimed: the record is complete before one rename makes
+    it visible, so the worker or a ``sync`` may take it from then on."""
+    capture = end.capture
+    window = end.draft if end.draft is not None else draft_window(end)
+    end.draft = None  # one window, one record
+    complete_window(window, facts if facts is not None else end_facts(end))
     record = end.spool.place_window(end.session_dir, window, capture.staging)
     capture.trace_dir = record.artifacts_dir / (window.trace_dir or "")
     return record
+
+
+def place_ended(staged: Path, place: Path, facts: EndFacts) -> WindowRecord:
+    """In the worker process (or ``sync``): complete the record drafted when the window
+    opened (saved in ``staged``) with its end ``facts`` and put the window at ``place``.
+    A window already in place (by ``sync``, or an earlier try) is read as it is.
+
+    Raises:
+        OSError: neither the staged window nor a placed one is there.
+        ValueError: the draft does not validate (the message names the file).
+    """
+    try:
+        draft = Spool.load_draft(staged)
+    except FileNotFoundError:  # placed already (by `sync`, or an earlier try)
+        return WindowRecord.load(place)
+    window = complete_window(draft, facts)
+    session_dir = staged.parent.parent  # <session>/.capture/window_<n>
+    try:
+        return Spool(session_dir.parent).place_window(session_dir, window, staged)
+    except FileNotFoundError:  # another process placed it meanwhile
+        return WindowRecord.load(place)
 
 
 _CONFIG_CACHE: dict[int, tuple[ProfilerConfig, dict[str, Any], dict[str, dict[str, str]]]] = {}

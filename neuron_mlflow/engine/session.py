@@ -43,7 +43,13 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.capture_requests import OnDemand, start_for_session
 from neuron_mlflow.engine.environment import package_version, rank_and_world_size
-from neuron_mlflow.engine.finish import LiveEnd, draft_window, spool_live, warm_window_constants
+from neuron_mlflow.engine.finish import (
+    LiveEnd,
+    draft_window,
+    end_facts,
+    spool_live,
+    warm_window_constants,
+)
 from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
@@ -446,7 +452,7 @@ class ProfilingSession:
         finally:
             self.step_num += 1
         if action == Action.RECORD_AND_SAVE:
-            return self._finish_window(status="pending", partial=False)
+            return self._finish_window(status="pending", partial=False, place_now=False)
         return None
 
     def step(self) -> None:
@@ -620,13 +626,18 @@ class ProfilingSession:
             rank_metrics=self._rank_metrics,
         )
         live.draft = draft_window(live)
+        Spool.save_draft(capture.staging, live.draft)  # the worker completes it at the end
+        live.draft_saved = True
         return live
 
     def _finish_window(
-        self, status: str, partial: bool, error: str | None = None
+        self, status: str, partial: bool, error: str | None = None, place_now: bool = True
     ) -> WindowRecord | None:
-        """Stop the profiler here (the trace is written), spool the window and queue it for
-        the worker process: all the training thread does. Returns the spooled record."""
+        """Stop the profiler here (the trace is written), note the window's end facts and
+        queue it for the worker process: all the training thread does. The worker puts the
+        window in place (its drafted record completed with the facts); with ``place_now``
+        (an exception, a stage's end, a signal: the process may end next) this thread does.
+        Returns the window's record (its ``path`` is where it is, or will be, in place)."""
         capture = self._capture
         if capture is None:
             return None
@@ -650,18 +661,29 @@ class ProfilingSession:
         end.status, end.partial, end.error = status, partial, error
         end.metric_step = None if self._metric_step is None else self._metric_step()
         end.active_run = self.target.active_run()
-        record = self.guarded(spool_live, end)  # in the spool before the step returns
-        if record is None:
+        facts = self.guarded(end_facts, end)
+        if facts is None:
             return None
+        place = end.session_dir / facts.artifact_path
+        if place_now or end.draft is None or not end.draft_saved:
+            record = self.guarded(spool_live, end, facts)  # in place before the step returns
+            if record is None:
+                return None
+            staged = None
+        else:  # the worker puts it in place, its record completed with the facts
+            record = WindowRecord(path=place, window=end.draft)
+            staged = capture.staging.relative_to(self._spool.root).as_posix()
         skew = None
         if end.rank == 0 and end.world_size > 1 and upload:
             ranks = self._capture_ranks or tuple(range(end.world_size))
-            skew = SkewRequest(self.prefix, record.window.metric_step, tuple(ranks))
+            skew = SkewRequest(self.prefix, facts.metric_step, tuple(ranks))
         handed = Job(
-            window=record.path.relative_to(self._spool.root).as_posix(),
+            window=place.relative_to(self._spool.root).as_posix(),
             upload=upload,
             upload_timeout_s=self.config.upload_timeout_s,
             skew=skew,
+            staged=staged,
+            end=facts if staged is not None else None,
         )
         self.guarded(self._results.hand_off, record, handed)
         return record

@@ -1,8 +1,10 @@
 """``sync``: upload the spool's pending windows, summarising first any that never were.
 
-A live window is in the spool (record and trace, state ``spooled``) before the worker
-process summarises it. When neither gets to it (a crash before the worker started, a worker
-out of time), :func:`sync_pending` summarises the window from its trace with
+A live window's trace is in the spool before the step that ended it returns, its end facts
+queued for the worker process, which puts it in place (record completed, state
+``spooled``) and summarises it. When the worker does not get to it (a crash before the
+worker started, a worker out of time), :func:`sync_pending` puts it in place the same way
+(:func:`place_ended_windows`), summarises the window from its trace with
 the same engine and the same code as the worker (:func:`~neuron_mlflow.engine.finish.
 summarise_window`), then uploads it: the same trace gives the same metrics either way.
 
@@ -14,11 +16,50 @@ Example:
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
+
 from neuron_mlflow.engine.finish import summarise_window
+from neuron_mlflow.engine.worker import Job, place_job_window
+from neuron_mlflow.sinks.claims import QUEUE, worker_running
 from neuron_mlflow.sinks.pending import SyncReport, upload_pending
 from neuron_mlflow.sinks.spool import WindowRecord
 
-__all__ = ["summarise_spooled", "sync_pending"]
+__all__ = ["place_ended_windows", "summarise_spooled", "sync_pending"]
+
+
+def place_ended_windows(local_dir: str | Path) -> SyncReport:
+    """Put in place the ended windows still staged, their end facts in the queue (their
+    process ended before its worker placed them), unless a worker runs: it does that itself
+    (those go to ``busy``). One that cannot be placed goes to ``failed`` with the reason;
+    its capture stays where it is.
+
+    Example:
+        >>> import tempfile
+        >>> place_ended_windows(tempfile.mkdtemp()).busy
+        []
+    """
+    root = Path(local_dir)
+    report = SyncReport()
+    staged: list[tuple[Job, str]] = []
+    for path in sorted((root / QUEUE).glob("*.json")) if (root / QUEUE).is_dir() else []:
+        try:
+            job = msgspec.json.decode(path.read_bytes(), type=Job)
+        except (OSError, msgspec.DecodeError):
+            continue
+        if job.staged is not None and (root / job.staged).is_dir():
+            staged.append((job, job.staged))
+    if staged and worker_running(root):
+        report.busy.extend(str(root / job.window) for job, _ in staged)
+        return report
+    for job, folder in staged:
+        try:
+            place_job_window(root, job)
+        except (OSError, ValueError) as exc:
+            reason = f"{type(exc).__name__}: {exc}; its capture stays at {root / folder}"
+            report.failed.append((str(root / job.window), reason))
+    return report
 
 
 def summarise_spooled(record: WindowRecord) -> None:
@@ -33,6 +74,7 @@ def sync_pending(
     include_incomplete: bool = False,
 ) -> SyncReport:
     """Upload every pending window of the spool at ``local_dir`` exactly once; mark it done.
+    Ended windows not yet in place are put in place first (:func:`place_ended_windows`).
 
     A window spooled but never summarised is summarised from its trace first
     (:func:`summarise_spooled`); one whose summary fails is reported in ``failed`` with the
@@ -51,4 +93,8 @@ def sync_pending(
     Raises:
         ConnectionError: the tracking server is not reachable (nothing was uploaded).
     """
-    return upload_pending(local_dir, tracking_uri, include_incomplete, summarise_spooled)
+    placed = place_ended_windows(local_dir)
+    report = upload_pending(local_dir, tracking_uri, include_incomplete, summarise_spooled)
+    report.busy.extend(placed.busy)
+    report.failed.extend(placed.failed)
+    return report

@@ -1,7 +1,9 @@
 """The worker process: summarises, analyses, renders and uploads spooled windows.
 
-The training process only stops the profiler, lets it write its trace, renames the window
-into the spool and drops a small job file into the spool's queue (``<local_dir>/.queue/``);
+The training process only stops the profiler, lets it write its trace into the window's
+staging folder in the spool and drops a small job file into the spool's queue
+(``<local_dir>/.queue/``) with the window's end facts; this process puts the window in place
+(its record completed: :func:`~neuron_mlflow.engine.finish.place_ended`), and
 everything slow runs here, in another interpreter that imports no user code (and no
 ``torch``: the trace engine reads the trace files), at a lower CPU priority. So no window
 measures the summary or the upload of the one before it, and no step waits for them.
@@ -43,6 +45,7 @@ from pathlib import Path
 
 import msgspec
 
+from neuron_mlflow.engine.end_facts import EndFacts
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held
 from neuron_mlflow.sinks.prepared_files import prepare_file, write_whole
 from neuron_mlflow.sinks.spool import WindowRecord
@@ -103,6 +106,10 @@ class Job(msgspec.Struct, frozen=True):
         upload: upload it after the summary (``False``: summarise and keep it pending).
         upload_timeout_s: how long the worker may go on for it after its process ended.
         skew: rank 0 asks for the rank skew metric of this window.
+        attempts: how often a worker started on it.
+        staged: the window's staging folder (relative to the spool root) while it is not in
+            place yet: the worker puts it at ``window`` first, completing its record with
+            ``end`` (the facts the training thread noted when the window ended).
     """
 
     window: str
@@ -110,6 +117,8 @@ class Job(msgspec.Struct, frozen=True):
     upload_timeout_s: float = 60.0
     skew: SkewRequest | None = None
     attempts: int = 0
+    staged: str | None = None
+    end: EndFacts | None = None
 
 
 def _alive(pid: int) -> bool:
@@ -324,9 +333,29 @@ class Worker:
                 path.unlink()
         return alive
 
+    def place_staged(self) -> None:
+        """Put every queued window that ended in place first (local files only, no
+        network): a window is in place even when the worker runs out of time for it."""
+        for path in self.jobs():
+            try:
+                job = msgspec.json.decode(path.read_bytes(), type=Job)
+            except (OSError, msgspec.DecodeError):
+                continue  # reported (and dropped) by run_once
+            if job.staged is None or not (self.root / job.staged).is_dir():
+                continue
+            self.wait_for_captures()
+            try:
+                place_job_window(self.root, job)
+            except (OSError, ValueError) as exc:
+                log.warning(
+                    "neuron-mlflow worker: could not put %s in place (%s); its capture stays "
+                    "at %s", job.window, exc, self.root / job.staged,
+                )  # fmt: skip
+
     def run_once(self) -> int:
         """Process every job queued now; returns how many."""
         done = 0
+        self.place_staged()
         for path in self.jobs():
             try:
                 job = msgspec.json.decode(path.read_bytes(), type=Job)
@@ -435,9 +464,12 @@ def process_job(worker: Worker, job: Job) -> bool:
 
     path = worker.root / job.window
     try:
-        record = WindowRecord.load(path)
+        record = place_job_window(worker.root, job) or WindowRecord.load(path)
     except (OSError, ValueError) as exc:
-        log.warning("neuron-mlflow worker: window %s is gone or unreadable (%s)", path, exc)
+        staged = f" (its capture stays at {worker.root / job.staged})" if job.staged else ""
+        log.warning(
+            "neuron-mlflow worker: window %s is gone or unreadable (%s)%s", path, exc, staged
+        )
         return True
     try:
         record.claim = claim(path)
@@ -478,6 +510,20 @@ def process_job(worker: Worker, job: Job) -> bool:
     finally:
         record.release()
     return True
+
+
+def place_job_window(root: Path, job: Job) -> WindowRecord | None:
+    """Put a job's ended window in place (its record completed with the job's end facts),
+    unless it is already; ``None`` for a job whose window was placed when it ended.
+
+    Raises:
+        OSError: the window is neither staged nor in place; ValueError: its draft is invalid.
+    """
+    if job.end is None or job.staged is None:
+        return None
+    from neuron_mlflow.engine.finish import place_ended
+
+    return place_ended(root / job.staged, root / job.window, job.end)
 
 
 def _cleanup(record: WindowRecord) -> None:

@@ -4,9 +4,11 @@ Layout under ``local_dir``::
 
     <session>/                             one per profiling session (time, host, pid, n)
       .capture/window_<n>/artifacts/traces/rank_<r>/
-                                           the profiler writes here while a window runs
-                                           (.manifest.json.<pid>.tmp made when it opens);
-                                           at its end the folder is renamed to:
+                                           the profiler writes here while a window runs;
+        draft.json                         its record as drafted when it opened; once it
+                                           ended, the worker process (or ``sync``) completes
+                                           it with the end's facts (queued in its job) and
+                                           renames the folder to:
       <P>/step_<first>-<last>/
         manifest.json                      the window record (sinks/window_record.py: state,
                                            target run, metrics, params, tags, progress)
@@ -35,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -49,7 +52,7 @@ from typing import Any, Literal
 import msgspec
 
 from neuron_mlflow.sinks.claims import Claim, claim
-from neuron_mlflow.sinks.prepared_files import prepare_file, write_whole
+from neuron_mlflow.sinks.prepared_files import write_whole
 from neuron_mlflow.sinks.window_record import (
     Window,
     WindowState,
@@ -60,6 +63,9 @@ from neuron_mlflow.sinks.window_record import (
 
 Status = Literal["pending", "done", "incomplete"]
 MANIFEST = "manifest.json"
+DRAFT = "draft.json"
+"""A live window's record as drafted when it opened, in its staging folder (completed and
+renamed to :data:`MANIFEST` when the window is put in place)."""
 ARTIFACTS = "artifacts"
 CAPTURE = ".capture"
 UPLOAD_PARTS = ("tags", "params", "metrics", "artifacts")
@@ -143,7 +149,7 @@ class WindowRecord:
     def save(self) -> None:
         """Write the record (atomically: a temporary file renamed over the manifest)."""
         tmp = _manifest_tmp(self.path)
-        write_whole(tmp, encode_window(self.window))  # prepared when the window opened
+        write_whole(tmp, encode_window(self.window))
         os.replace(tmp, self.path / MANIFEST)
 
     def update(self, **fields: Any) -> None:
@@ -225,17 +231,32 @@ class Spool:
     def capture_dir(session_dir: Path, window_index: int, prefix: str | None = None) -> Path:
         """Staging folder where the profiler writes a running window's output.
 
-        Every new file and folder the window's end needs is made here, when the window
-        opens: the manifest's temporary file (:mod:`neuron_mlflow.sinks.prepared_files`;
-        overwritten and renamed at the end) and, given the window's ``prefix``, the folder
-        its window lands in. The end then only writes and renames.
+        Given the window's ``prefix``, the folder its window lands in is made here too, when
+        the window opens (so that putting it in place is one rename).
         """
         path = session_dir / CAPTURE / f"window_{window_index}"
         path.mkdir(parents=True, exist_ok=True)
-        prepare_file(_manifest_tmp(path))
         if prefix is not None:
             (session_dir / prefix).mkdir(parents=True, exist_ok=True)
         return path
+
+    @staticmethod
+    def save_draft(staged: Path, window: Window) -> None:
+        """Save a live window's drafted record in its staging folder (:data:`DRAFT`), when
+        the window opens: the worker process completes it when the window has ended."""
+        tmp = staged / f".{DRAFT}.{os.getpid()}.tmp"
+        tmp.write_bytes(encode_window(window))
+        os.replace(tmp, staged / DRAFT)
+
+    @staticmethod
+    def load_draft(staged: Path) -> Window:
+        """Read the record :meth:`save_draft` saved.
+
+        Raises:
+            OSError: there is none; ValueError: it does not validate (the file is named).
+        """
+        draft = staged / DRAFT
+        return decode_window(draft.read_bytes(), str(draft))
 
     def create_window(
         self,
@@ -313,6 +334,8 @@ class Spool:
             os.rename(staged, path)
         except OSError:
             return _fill_in_place(path, window, staged, claimed=False)
+        with contextlib.suppress(OSError):
+            (path / DRAFT).unlink()  # completed: the manifest says it all now
         return WindowRecord(path=path, window=window)
 
     def windows(self, *statuses: Status) -> Iterator[WindowRecord]:

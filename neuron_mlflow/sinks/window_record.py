@@ -4,8 +4,10 @@
 (:func:`read_window`: a manifest that does not validate is a clear error naming the file;
 nothing is deleted). Its :class:`WindowState` says where the window is::
 
-    capturing -> stopped                  (in the training process, before the record exists)
-    spooled      the training thread renamed it into the spool: manifest + traces
+    capturing -> stopped                  (in the training process: the record drafted when
+                                          the window opened, the end's facts queued)
+    spooled      put in place in the spool (by the worker process, or the training thread
+                 for a window ended by an exception, a stage's end or a signal)
     summarised   the worker process wrote its metrics and summary files
     uploaded     MLflow confirmed every part
     incomplete   the user's step raised: kept, uploaded only by ``sync --include-incomplete``

@@ -16,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from neuron_mlflow.cli import main
+from neuron_mlflow.engine.sync import place_ended_windows
 from neuron_mlflow.naming import window_metrics
 from neuron_mlflow.sinks.spool import Spool
 from neuron_mlflow.trace.summarize import summarize_trace
@@ -24,9 +25,23 @@ from tests.helpers import ROOT, artifact_files, metric_history, run_python
 JOB = str(ROOT / "tests" / "engine" / "crash_job.py")
 
 
-def _crash(tmp_path: Path, tracking_uri: str, windows: int, backend: str = "cpu", **env) -> Path:
+def _crash(
+    tmp_path: Path,
+    tracking_uri: str,
+    windows: int,
+    backend: str = "cpu",
+    place: bool = True,
+    **env: str,
+) -> Path:
+    """The job died before its worker put its windows in place (``place``: ``sync``'s
+    first step puts them in place now, as it would)."""
     spool = tmp_path / "spool"
     run_python([JOB, str(spool), str(windows), backend], tracking_uri, **env)
+    assert list(Spool(spool).windows()) == [], "staged, their end facts queued"
+    if not place:
+        return spool
+    placed = place_ended_windows(spool)
+    assert placed.failed == [] and placed.busy == []
     records = list(Spool(spool).windows())
     assert len(records) == windows
     assert all(r.manifest["summarised"] is False and not r.manifest["metrics"] for r in records)
@@ -37,10 +52,10 @@ def _crash(tmp_path: Path, tracking_uri: str, windows: int, backend: str = "cpu"
 def test_sync_summarises_a_window_the_crashed_process_never_summarised(
     tmp_path, tracking_uri, capsys
 ) -> None:
-    spool = _crash(tmp_path, tracking_uri, windows=2)
-    assert main(["sync", "--local-dir", str(spool)]) == 0
+    spool = _crash(tmp_path, tracking_uri, windows=2, place=False)
+    assert main(["sync", "--local-dir", str(spool)]) == 0  # puts them in place, then uploads
     records = list(Spool(spool).windows())
-    assert {r.status for r in records} == {"done"}
+    assert len(records) == 2 and {r.status for r in records} == {"done"}
     assert all(r.manifest["summarised"] is True for r in records)
     (run_id,) = {r.manifest["run_id"] for r in records}
 
@@ -139,14 +154,12 @@ def test_sync_leaves_a_running_jobs_windows_to_it_and_takes_them_once_it_is_kill
     )  # fmt: skip
     try:
         assert job.stdout is not None and job.stdout.readline().strip() == "SPOOLED"
-        assert len(list(Spool(spool).windows("pending"))) == 2
+        assert len(list((spool / ".queue").glob("*.json"))) == 2
         assert main(["sync", "--local-dir", str(spool)]) == 0  # the job still owns them
         out, err = capsys.readouterr()
         assert "every pending window belongs to a running job" in out
         assert err.count("skipped (a running job is still uploading it)") == 2
-        records = list(Spool(spool).windows())
-        assert {r.status for r in records} == {"pending"}
-        assert all(r.manifest["run_id"] is None for r in records), "nothing was uploaded"
+        assert list(Spool(spool).windows()) == [], "left staged, for its worker"
     finally:
         job.send_signal(signal.SIGKILL)  # a crash: the OS drops the job's claims
         job.communicate(timeout=60)

@@ -14,9 +14,10 @@ import msgspec
 import pytest
 
 from neuron_mlflow.engine import worker
+from neuron_mlflow.engine.sync import place_ended_windows
 from neuron_mlflow.engine.worker import CLIENTS, Job, Worker, WorkerClient
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, claim, claim_file, worker_running
-from neuron_mlflow.sinks.spool import Spool
+from neuron_mlflow.sinks.spool import DRAFT, Spool
 from tests.helpers import ROOT, metric_history, run_python
 
 CRASH_JOB = str(ROOT / "tests" / "engine" / "crash_job.py")
@@ -24,10 +25,14 @@ KILL_JOB = str(ROOT / "tests" / "engine" / "kill_job.py")
 
 
 def _queued_spool(tmp_path: Path, tracking_uri: str, windows: int = 2) -> Path:
-    """A spool whose job died (os._exit) with its windows queued and never summarised."""
+    """A spool whose job died (os._exit) with its windows queued and never summarised: each
+    window's trace and drafted record staged, its end facts in its job, not in place."""
     spool = tmp_path / "spool"
     run_python([CRASH_JOB, str(spool), str(windows)], tracking_uri)
-    assert len(list((spool / QUEUE).glob("*.json"))) == windows
+    jobs = [msgspec.json.decode(p.read_bytes(), type=Job) for p in (spool / QUEUE).glob("*.json")]
+    assert len(jobs) == windows
+    assert all(job.end is not None and (spool / str(job.staged) / DRAFT).is_file() for job in jobs)
+    assert list(Spool(spool).windows()) == [], "the worker puts them in place"
     return spool
 
 
@@ -56,7 +61,10 @@ def test_the_worker_finishes_a_dead_jobs_queue_once_and_exits(tmp_path, tracking
 
 def test_a_window_that_sync_holds_waits_for_it(tmp_path, tracking_uri) -> None:
     spool = _queued_spool(tmp_path, tracking_uri, windows=1)
+    assert place_ended_windows(spool).failed == []  # as `sync` does when no worker runs
     (record,) = list(Spool(spool).windows())
+    assert record.window.steps == 2 and record.artifact_path == "profile/step_000001-000002"
+    assert not (record.path / DRAFT).exists(), "completed into the manifest"
     held = claim(record.path)  # a `neuron-mlflow sync` in another terminal
     assert held is not None
     try:
@@ -120,7 +128,12 @@ def test_a_job_killed_right_after_its_window_is_still_uploaded(tmp_path, trackin
     finally:
         job.send_signal(signal.SIGKILL)
         job.communicate(timeout=60)
-    _wait(lambda: all(r.manifest.get("handled") for r in Spool(spool).windows()))
+
+    def handled() -> bool:  # the worker put the window in place, then uploaded it
+        records = list(Spool(spool).windows())
+        return bool(records) and all(r.manifest.get("handled") for r in records)
+
+    _wait(handled)
     (record,) = list(Spool(spool).windows())
     assert record.status == "done", record.manifest.get("error")
     run_id = record.manifest["run_id"]
@@ -135,33 +148,51 @@ def test_a_job_file_round_trips() -> None:
         msgspec.json.decode(b'{"window": 3}', type=Job)
 
 
-def test_a_window_end_only_overwrites_and_renames_files_made_when_it_opened(tmp_path) -> None:
-    # what the window's end writes (its manifest, its job) exists, with room, from its open
+def test_a_window_end_writes_only_its_job_and_the_worker_puts_the_window_in_place(
+    tmp_path, tracking_uri
+) -> None:
+    # the end renames the job file made when the window opened, with the window's end facts
+    # in it; the trace and the drafted record are already in the staging folder
     import torch
 
     import neuron_mlflow as nm
 
     spool = tmp_path / "spool"
+    spool.mkdir()
+    busy = claim_file(spool / WORKER_LOCK)  # no worker runs until the test says so
+    assert busy is not None
     prof = nm.profile(
         backend="cpu", schedule=nm.Schedule(wait=1, warmup=1, active=2), local_dir=str(spool),
         upload_timeout_s=0.0,
     )  # fmt: skip
-    with prof:
-        for step in range(4):
-            torch.ones(4).mul_(2.0)
-            prof.step()
-            if step == 1:  # the window is open: warm-up done, recording
-                (prepared,) = (spool / QUEUE).glob(f"{worker.PREPARED_PREFIX}{os.getpid()}_*.tmp")
-                (staging,) = spool.glob("*/.capture/window_0")
-                (manifest_tmp,) = staging.glob(".manifest.json.*.tmp")
-                assert prepared.stat().st_size > 0 and manifest_tmp.stat().st_size > 0
-                assert list((spool / QUEUE).glob("*.json")) == [], "no job yet"
-                assert list(spool.glob("*/profile")) != [], "its place is made"
+    try:
+        with prof:
+            for step in range(4):
+                torch.ones(4).mul_(2.0)
+                prof.step()
+                if step == 1:  # the window is open: warm-up done, recording
+                    (prepared,) = (spool / QUEUE).glob(f"{worker.PREPARED_PREFIX}{os.getpid()}_*")
+                    (staging,) = spool.glob("*/.capture/window_0")
+                    assert prepared.stat().st_size > 0 and (staging / DRAFT).is_file()
+                    assert list((spool / QUEUE).glob("*.json")) == [], "no job yet"
+                    assert list(spool.glob("*/profile")) != [], "its place is made"
+        assert not prepared.exists(), "the prepared job file became the job"
+        (job_file,) = (spool / QUEUE).glob("*.json")
+        job = msgspec.json.decode(job_file.read_bytes(), type=Job)
+        assert job.end is not None and job.end.artifact_path == "profile/step_000002-000003"
+        assert job.end.steps == 2 and job.end.status == "pending"
+        assert spool / str(job.staged) == staging and staging.is_dir(), "not placed yet"
+        assert list(Spool(spool).windows()) == []
+        assert Worker(spool).run_once() == 1
+    finally:
+        busy.release()
     (record,) = list(Spool(spool).windows())
-    assert record.artifact_path == "profile/step_000002-000003"
-    assert not prepared.exists(), "the prepared job file became the job"
+    assert record.artifact_path == "profile/step_000002-000003" and record.status == "done"
+    assert record.window.steps == 2 and record.window.facts is not None
+    assert record.window.tags["neuron_mlflow.host_load.cpu_count"] == str(os.cpu_count())
     assert not staging.exists(), "the staged window was renamed into place"
-    assert not list(record.path.glob(".manifest.json.*.tmp")), "renamed to manifest.json"
+    assert not (record.path / DRAFT).exists(), "the draft became the manifest"
+    assert not list(record.path.glob(".*.tmp"))
 
 
 def test_the_worker_removes_job_files_prepared_by_dead_processes(tmp_path) -> None:
@@ -176,3 +207,17 @@ def test_the_worker_removes_job_files_prepared_by_dead_processes(tmp_path) -> No
     Worker(tmp_path, idle_s=0.0).loop()  # no client: it tidies up and exits
     assert not left.exists(), "a dead process's prepared file is removed"
     assert mine.exists(), "a living one's stays"
+
+
+def test_a_draft_that_fails_validation_is_a_clear_error_and_nothing_is_deleted(
+    tmp_path, tracking_uri
+) -> None:
+    spool = _queued_spool(tmp_path, tracking_uri, windows=1)
+    (draft,) = spool.glob(f"*/.capture/window_0/{DRAFT}")
+    draft.write_text('{"state": "nonsense"}')
+    placed = place_ended_windows(spool)
+    ((where, reason),) = placed.failed
+    assert where.endswith("profile/step_000001-000002")
+    assert str(draft) in reason and "is not valid" in reason and "its capture stays at" in reason
+    assert draft.exists() and list(draft.parent.rglob("*.pt.trace.json")), "nothing deleted"
+    assert len(list((spool / QUEUE).glob("*.json"))) == 1, "the job stays"
