@@ -92,6 +92,8 @@ class LiveEnd:
             several ranks).
         draft: the window's record as far as it is known when the window opens;
             ``draft_saved``: it is saved in the staging folder (``Spool.save_draft``).
+        session_rel, staged_rel: the session's and the staging folder's paths relative
+            to the spool root (POSIX), for the worker's job.
     """
 
     capture: LiveWindow
@@ -111,6 +113,8 @@ class LiveEnd:
     rank_metrics: bool = False
     draft: Window | None = None
     draft_saved: bool = False
+    session_rel: str = ""
+    staged_rel: str = ""
 
 
 def draft_window(end: LiveEnd) -> Window:

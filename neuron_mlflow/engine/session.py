@@ -595,9 +595,9 @@ class ProfilingSession:
         )
         capture.host_load = sample_host_load()
         capture.reason = reason
-        self.guarded(self._worker.ensure_running)  # (started at set-up; again if it exited)
-        self.guarded(self._worker.prepare)  # the end's job file, made now
+        # the claim first: a worker that sees it does not leave before the window's job
         self._capturing_claim = self.guarded(self._worker.capturing)
+        self.guarded(self._worker.prepare)  # a worker runs; the end's job file, made now
         self._live = self.guarded(self._draft, capture)  # the record, before the window
         try:
             self.guarded(capture.start)
@@ -628,6 +628,9 @@ class ProfilingSession:
         live.draft = draft_window(live)
         Spool.save_draft(capture.staging, live.draft)  # the worker completes it at the end
         live.draft_saved = True
+        root = self._spool.root
+        live.session_rel = self._session_dir.relative_to(root).as_posix()
+        live.staged_rel = capture.staging.relative_to(root).as_posix()
         return live
 
     def _finish_window(
@@ -664,21 +667,20 @@ class ProfilingSession:
         facts = self.guarded(end_facts, end)
         if facts is None:
             return None
-        place = end.session_dir / facts.artifact_path
         if place_now or end.draft is None or not end.draft_saved:
             record = self.guarded(spool_live, end, facts)  # in place before the step returns
             if record is None:
                 return None
             staged = None
         else:  # the worker puts it in place, its record completed with the facts
-            record = WindowRecord(path=place, window=end.draft)
-            staged = capture.staging.relative_to(self._spool.root).as_posix()
+            record = WindowRecord(path=end.session_dir / facts.artifact_path, window=end.draft)
+            staged = end.staged_rel
         skew = None
         if end.rank == 0 and end.world_size > 1 and upload:
             ranks = self._capture_ranks or tuple(range(end.world_size))
             skew = SkewRequest(self.prefix, facts.metric_step, tuple(ranks))
         handed = Job(
-            window=place.relative_to(self._spool.root).as_posix(),
+            window=f"{end.session_rel}/{facts.artifact_path}",
             upload=upload,
             upload_timeout_s=self.config.upload_timeout_s,
             skew=skew,

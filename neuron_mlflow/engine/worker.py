@@ -163,7 +163,9 @@ class WorkerClient:
         self._client_fd = claim_file(folder / f"{os.getpid()}_{id(self)}.lock")
 
     def submit(self, job: Job) -> Path:
-        """Queue ``job`` (a small file, atomically) and make sure a worker runs.
+        """Queue ``job`` (a small file, atomically) and make sure a worker runs: one was
+        made sure of when the window opened (:meth:`prepare`), and a worker does not leave
+        while a window is captured, so a prepared job's submit does not look again.
 
         Returns:
             The job file.
@@ -172,6 +174,7 @@ class WorkerClient:
         queue = self.root / QUEUE
         name = f"{time.time_ns():020d}_{os.getpid()}_{next(_job_counter)}.json"
         tmp, self._prepared = self._prepared, None
+        ensure = tmp is None
         if tmp is None:
             tmp = queue / f".{name}.tmp"
         try:
@@ -180,19 +183,22 @@ class WorkerClient:
             queue.mkdir(parents=True, exist_ok=True)
             write_whole(tmp, msgspec.json.encode(job))
         os.replace(tmp, queue / name)
-        self.ensure_running()
+        if ensure:
+            self.ensure_running()
         return queue / name
 
     def prepare(self) -> None:
-        """Make the next job's file now, under a hidden name, when a window opens:
-        :meth:`submit` at the window's end then only overwrites and renames it
+        """When a window opens (its :meth:`capturing` claim held): make sure a worker runs,
+        and make the next job's file now, under a hidden name: :meth:`submit` at the
+        window's end then only overwrites and renames it
         (:mod:`neuron_mlflow.sinks.prepared_files`). A file left by a process that died is
         removed by the worker."""
         self._register()
+        self.ensure_running()
         queue = self.root / QUEUE
         queue.mkdir(parents=True, exist_ok=True)
         tmp = queue / f"{PREPARED_PREFIX}{os.getpid()}_{id(self)}.tmp"
-        prepare_file(tmp, 1024)
+        prepare_file(tmp, 8192)  # room for the end facts: a write that grows a file allocates
         self._prepared = tmp
 
     def ensure_running(self) -> bool:
@@ -427,7 +433,8 @@ class Worker:
                 if self._followups:
                     time.sleep(0.1)
                     continue
-                if now - last_work > (self.idle_s if alive else 0.0):
+                capturing = alive and self.capture_in_progress()  # a job is coming
+                if now - last_work > (self.idle_s if alive else 0.0) and not capturing:
                     self.drop_stale_prepared()
                     _release(lock)
                     lock = None

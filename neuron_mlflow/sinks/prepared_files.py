@@ -44,6 +44,10 @@ def write_whole(path: Path, data: bytes) -> None:
     """Make ``data`` the whole content of ``path``: overwritten in place and cut to length
     (created when missing). Not atomic by itself: write a temporary name, then rename it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-        out.truncate()
+    try:  # plain descriptors: no buffered file object for one write
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
