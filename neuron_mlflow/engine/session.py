@@ -289,6 +289,7 @@ class ProfilingSession:
         self._results = Results(self._worker)
         self._capturing_claim: Claim | None = None
         self._live: LiveEnd | None = None
+        self._stopped: LiveWindow | None = None  # the last window's profiler, to free
         """The open window's :class:`LiveEnd`, its record drafted when it opened."""
         self._capture_ranks = capture_ranks
         self._rank_metrics = rank_metrics
@@ -500,6 +501,7 @@ class ProfilingSession:
             return
         self._closed = True
         self.flush()
+        self._release_stopped()
         self._next_start = None
         if not self.wait(self.config.upload_timeout_s):
             report(
@@ -561,11 +563,23 @@ class ProfilingSession:
                 capture.exit_marker()
             with suppress(Exception):
                 capture.stop()
+                capture.release()
+        with suppress(Exception):
+            self._release_stopped()
 
     def _rank(self) -> tuple[int, int]:
         return self._rank_info or rank_and_world_size()
 
+    def _release_stopped(self) -> None:
+        """Free the last window's stopped profiler (:meth:`LiveWindow.release`): when a
+        window opens, before its profiler starts, and at close; never in the steps after a
+        window, where the cycle collector would otherwise do it."""
+        stopped, self._stopped = self._stopped, None
+        if stopped is not None:
+            self.guarded(stopped.release)
+
     def _open_window(self, calls_marked: bool) -> None:
+        self._release_stopped()
         requested = [(w, r) for w, r in self._requested if w.start == self.step_num]
         reason = "schedule"
         if requested:
@@ -651,6 +665,8 @@ class ProfilingSession:
             self.guarded(capture.stop)
         finally:
             self._end_capturing()
+        self._release_stopped()  # (none: the next window's open freed the last one)
+        self._stopped = capture  # freed when the next window opens, or at close
         if capture.recorded_steps == 0:
             # Interrupted during warm-up: nothing was recorded.
             shutil.rmtree(capture.staging, ignore_errors=True)
