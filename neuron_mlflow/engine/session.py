@@ -110,11 +110,12 @@ class Results:
     client: WorkerClient | None = None
     handed: list[_Handed] = field(default_factory=list)
 
-    def hand_off(self, record: WindowRecord, job: Job) -> None:
+    def hand_off(self, record: WindowRecord, job: Job) -> bool:
         """Queue the spooled ``record`` for the worker (``job`` says what to do with it)."""
         assert self.client is not None
         self.handed.append(_Handed(record.path, job.upload))
         self.client.submit(job)
+        return True
 
     def _read(self, handed: _Handed, summaries_only: bool) -> bool:
         """Read the window's manifest; True when the worker is done with what we wait for."""
@@ -611,9 +612,9 @@ class ProfilingSession:
         capture.reason = reason
         # the claim first: a worker that sees it does not leave before the window's job
         self._capturing_claim = self.guarded(self._worker.capturing)
-        self.guarded(self._worker.prepare)  # a worker runs; the end's job file, made now
-        self._live = self.guarded(self._draft, capture)  # the record, before the window
         try:
+            self.guarded(self._worker.prepare)  # a worker runs; the end's job file, made now
+            self._live = self.guarded(self._draft, capture)  # the record, before the window
             self.guarded(capture.start)
         finally:
             if capture.prof is None:  # it did not start (strict mode raised, or off)
@@ -654,17 +655,25 @@ class ProfilingSession:
         queue it for the worker process: all the training thread does. The worker puts the
         window in place (its drafted record completed with the facts); with ``place_now``
         (an exception, a stage's end, a signal: the process may end next) this thread does.
-        Returns the window's record (its ``path`` is where it is, or will be, in place)."""
+        Returns the window's record: its ``path`` is where it is, or will be, in place; a
+        window the worker places is returned as drafted (``WindowRecord.load(path)`` once
+        ``wait_summaries()`` returned reads it complete)."""
         capture = self._capture
         if capture is None:
             return None
         self._capture = None
         _capturing.discard(self)
         try:
-            self.guarded(capture.exit_marker)
-            self.guarded(capture.stop)
-        finally:
+            return self._spool_window(capture, status, partial, error, place_now)
+        finally:  # after the job is queued: a worker that sees neither may leave
             self._end_capturing()
+
+    def _spool_window(
+        self, capture: LiveWindow, status: str, partial: bool, error: str | None, place_now: bool
+    ) -> WindowRecord | None:
+        """:meth:`_finish_window` while the window's capturing claim is still held."""
+        self.guarded(capture.exit_marker)
+        self.guarded(capture.stop)
         self._release_stopped()  # (none: the next window's open freed the last one)
         self._stopped = capture  # freed when the next window opens, or at close
         if capture.recorded_steps == 0:
@@ -703,7 +712,10 @@ class ProfilingSession:
             staged=staged,
             end=facts if staged is not None else None,
         )
-        self.guarded(self._results.hand_off, record, handed)
+        if self.guarded(self._results.hand_off, record, handed) is None and staged is not None:
+            # the job could not be queued: the window goes in place here, for `sync`
+            with suppress(Exception):
+                record = spool_live(end, facts)
         return record
 
     def __repr__(self) -> str:

@@ -79,6 +79,9 @@ SKEW_WAIT_S = 30.0
 log = logging.getLogger("neuron_mlflow.worker")
 
 _job_counter = itertools.count()
+UNPLACED_SUFFIX = ".unplaced"
+"""A job whose window the worker could not put in place keeps its end facts under
+``<job>.json.unplaced`` in the queue: ``sync`` tries it again and says why it fails."""
 PREPARED_PREFIX = ".next_"
 """A job file made when a window opened (:meth:`WorkerClient.prepare`):
 ``.next_<pid>_<client>.tmp``, renamed into the queue at the window's end."""
@@ -353,9 +356,13 @@ class Worker:
             try:
                 place_job_window(self.root, job)
             except (OSError, ValueError) as exc:
+                # the job is kept, out of this worker's way, for `sync` (it says why)
+                with contextlib.suppress(OSError):
+                    os.replace(path, path.with_name(path.name + UNPLACED_SUFFIX))
                 log.warning(
                     "neuron-mlflow worker: could not put %s in place (%s); its capture stays "
-                    "at %s", job.window, exc, self.root / job.staged,
+                    "at %s, its job at %s%s", job.window, exc, self.root / job.staged, path,
+                    UNPLACED_SUFFIX,
                 )  # fmt: skip
 
     def run_once(self) -> int:
@@ -438,8 +445,9 @@ class Worker:
                     self.drop_stale_prepared()
                     _release(lock)
                     lock = None
-                    # a job queued while we decided to stop: its client saw our lock held
-                    if not self.jobs():
+                    # a job queued, or a window opened, while we decided to stop: its
+                    # client saw our lock held
+                    if not self.jobs() and not (alive and self.capture_in_progress()):
                         return
                     lock = claim_file(self.root / WORKER_LOCK)
                     if lock is None:

@@ -215,9 +215,12 @@ def test_a_draft_that_fails_validation_is_a_clear_error_and_nothing_is_deleted(
     spool = _queued_spool(tmp_path, tracking_uri, windows=1)
     (draft,) = spool.glob(f"*/.capture/window_0/{DRAFT}")
     draft.write_text('{"state": "nonsense"}')
+    assert Worker(spool).run_once() == 0  # it cannot put the window in place
+    (unplaced,) = (spool / QUEUE).glob(f"*.json{worker.UNPLACED_SUFFIX}")
+    assert list((spool / QUEUE).glob("*.json")) == [], "out of the worker's way, kept"
     placed = place_ended_windows(spool)
     ((where, reason),) = placed.failed
     assert where.endswith("profile/step_000001-000002")
     assert str(draft) in reason and "is not valid" in reason and "its capture stays at" in reason
     assert draft.exists() and list(draft.parent.rglob("*.pt.trace.json")), "nothing deleted"
-    assert len(list((spool / QUEUE).glob("*.json"))) == 1, "the job stays"
+    assert unplaced.exists(), "the job stays, for the next sync"
