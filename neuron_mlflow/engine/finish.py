@@ -90,8 +90,8 @@ class LiveEnd:
             offline job sync into one run.
         rank_metrics: log this rank's own times (``P/rank/<r>/...``; always in a job of
             several ranks).
-        draft: the window's record as far as it is known when the window opens;
-            ``draft_saved``: it is saved in the staging folder (``Spool.save_draft``).
+        draft: the window's record as far as it is known when the window opens (saved in
+            the staging folder by the session: ``Spool.save_draft``).
         session_rel, staged_rel: the session's and the staging folder's paths relative
             to the spool root (POSIX), for the worker's job.
     """
@@ -112,7 +112,6 @@ class LiveEnd:
     job_id: str | None = None
     rank_metrics: bool = False
     draft: Window | None = None
-    draft_saved: bool = False
     session_rel: str = ""
     staged_rel: str = ""
 

@@ -642,7 +642,6 @@ class ProfilingSession:
         )
         live.draft = draft_window(live)
         Spool.save_draft(capture.staging, live.draft)  # the worker completes it at the end
-        live.draft_saved = True
         root = self._spool.root
         live.session_rel = self._session_dir.relative_to(root).as_posix()
         live.staged_rel = capture.staging.relative_to(root).as_posix()
@@ -674,7 +673,6 @@ class ProfilingSession:
         """:meth:`_finish_window` while the window's capturing claim is still held."""
         self.guarded(capture.exit_marker)
         self.guarded(capture.stop)
-        self._release_stopped()  # (none: the next window's open freed the last one)
         self._stopped = capture  # freed when the next window opens, or at close
         if capture.recorded_steps == 0:
             # Interrupted during warm-up: nothing was recorded.
@@ -692,7 +690,7 @@ class ProfilingSession:
         facts = self.guarded(end_facts, end)
         if facts is None:
             return None
-        if place_now or end.draft is None or not end.draft_saved:
+        if place_now or end.draft is None:
             record = self.guarded(spool_live, end, facts)  # in place before the step returns
             if record is None:
                 return None

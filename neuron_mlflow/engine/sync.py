@@ -18,10 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from neuron_mlflow.engine.finish import summarise_window
-from neuron_mlflow.engine.worker import UNPLACED_SUFFIX, Job, place_job_window
+from neuron_mlflow.engine.worker import UNPLACED_SUFFIX, place_job_window, staged_jobs
 from neuron_mlflow.sinks.claims import QUEUE, worker_running
 from neuron_mlflow.sinks.pending import SyncReport, upload_pending
 from neuron_mlflow.sinks.spool import WindowRecord
@@ -42,26 +40,19 @@ def place_ended_windows(local_dir: str | Path) -> SyncReport:
     """
     root = Path(local_dir)
     report = SyncReport()
-    staged: list[tuple[Job, str, Path]] = []
     queue = root / QUEUE
     jobs = [*queue.glob("*.json"), *queue.glob(f"*.json{UNPLACED_SUFFIX}")]
-    for path in sorted(jobs):
-        try:
-            job = msgspec.json.decode(path.read_bytes(), type=Job)
-        except (OSError, msgspec.DecodeError):
-            continue
-        if job.staged is not None and (root / job.staged).is_dir():
-            staged.append((job, job.staged, path))
+    staged = staged_jobs(root, sorted(jobs))
     if staged and worker_running(root):
-        report.busy.extend(str(root / job.window) for job, _, _ in staged)
+        report.busy.extend(str(root / job.window) for _, job in staged)
         return report
-    for job, folder, path in staged:
+    for path, job in staged:
         try:
             place_job_window(root, job)
             if path.name.endswith(UNPLACED_SUFFIX):
                 path.unlink(missing_ok=True)  # in place now: the worker's job files suffice
         except (OSError, ValueError) as exc:
-            reason = f"{type(exc).__name__}: {exc}; its capture stays at {root / folder}"
+            reason = f"{type(exc).__name__}: {exc}; its capture stays at {root / str(job.staged)}"
             report.failed.append((str(root / job.window), reason))
     return report
 

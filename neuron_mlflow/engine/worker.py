@@ -40,6 +40,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -345,13 +346,7 @@ class Worker:
     def place_staged(self) -> None:
         """Put every queued window that ended in place first (local files only, no
         network): a window is in place even when the worker runs out of time for it."""
-        for path in self.jobs():
-            try:
-                job = msgspec.json.decode(path.read_bytes(), type=Job)
-            except (OSError, msgspec.DecodeError):
-                continue  # reported (and dropped) by run_once
-            if job.staged is None or not (self.root / job.staged).is_dir():
-                continue
+        for path, job in staged_jobs(self.root, self.jobs()):
             self.wait_for_captures()
             try:
                 place_job_window(self.root, job)
@@ -361,7 +356,7 @@ class Worker:
                     os.replace(path, path.with_name(path.name + UNPLACED_SUFFIX))
                 log.warning(
                     "neuron-mlflow worker: could not put %s in place (%s); its capture stays "
-                    "at %s, its job at %s%s", job.window, exc, self.root / job.staged, path,
+                    "at %s, its job at %s%s", job.window, exc, self.root / str(job.staged), path,
                     UNPLACED_SUFFIX,
                 )  # fmt: skip
 
@@ -525,6 +520,20 @@ def process_job(worker: Worker, job: Job) -> bool:
     finally:
         record.release()
     return True
+
+
+def staged_jobs(root: Path, paths: Iterable[Path]) -> list[tuple[Path, Job]]:
+    """The job files among ``paths`` whose window is still staged (not in place), read.
+    A file that cannot be read is left out (``run_once`` reports and drops it)."""
+    found = []
+    for path in paths:
+        try:
+            job = msgspec.json.decode(path.read_bytes(), type=Job)
+        except (OSError, msgspec.DecodeError):
+            continue
+        if job.staged is not None and (root / job.staged).is_dir():
+            found.append((path, job))
+    return found
 
 
 def place_job_window(root: Path, job: Job) -> WindowRecord | None:
