@@ -30,6 +30,8 @@ _EXPORTS = {
     "Schedule": "neuron_mlflow.config",
     "SlowSteps": "neuron_mlflow.config",
     "comparison_report": "neuron_mlflow.summary.comparison_html",
+    "compare_runs": "neuron_mlflow.sinks.profiles",
+    "publish_comparison": "neuron_mlflow.sinks.comparison_files",
     "SyncReport": "neuron_mlflow.sinks.pending",
     "profile": "neuron_mlflow.integrations.decorator",
     "render_side_by_side": "neuron_mlflow.summary.tables",
@@ -48,7 +50,9 @@ if _TYPE_CHECKING:
     )
     from neuron_mlflow.integrations.decorator import Profiler, profile
     from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
+    from neuron_mlflow.sinks.comparison_files import publish_comparison
     from neuron_mlflow.sinks.pending import SyncReport
+    from neuron_mlflow.sinks.profiles import compare_runs
     from neuron_mlflow.summary.comparison_html import comparison_report
     from neuron_mlflow.summary.ops import OpStats, OpSummary
     from neuron_mlflow.summary.tables import render_side_by_side
@@ -83,8 +87,10 @@ __all__ = [
     "Schedule",
     "SlowSteps",
     "SyncReport",
+    "compare_runs",
     "comparison_report",
     "profile",
+    "publish_comparison",
     "render_side_by_side",
     "sync_pending",
 ]

@@ -60,6 +60,9 @@ TRAIN_STEP_MARKER = CALL_MARKER_PREFIX + "train_step"
 RECORDED_STEPS_KEY = "neuron_mlflow_recorded_steps"
 """Trace metadata: the steps a live window recorded (a window cut short holds one more
 ``ProfilerStep`` range, torch's open one, than the steps it recorded)."""
+STEP_INTERFERENCE_KEY = "neuron_mlflow_step_interference"
+"""Trace metadata: per recorded step ``[cpu_wait_us, involuntary_switches]`` (a JSON list;
+``capture/interference.py``), read into ``steps.jsonl``."""
 
 
 def _digest(name: str) -> str:

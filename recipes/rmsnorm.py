@@ -23,9 +23,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import mlflow
 import torch
@@ -60,79 +62,68 @@ def variant_fn(variant: str, device: str) -> Callable[[torch.Tensor, torch.Tenso
 
 
 def _device(backend: str) -> str:
-    if backend == "neuron" or (backend == "auto" and hasattr(torch, "neuron")):
+    """The device for ``backend``; :class:`nm.BackendUnavailableError` when it is not here."""
+    neuron = hasattr(torch, "neuron")
+    if backend == "neuron" and not neuron:
+        raise nm.BackendUnavailableError(
+            "--backend neuron: torch_neuronx is not installed here; allowed here: auto, cpu"
+            + (", cuda" if torch.cuda.is_available() else "")
+        )
+    if backend == "cuda" and not torch.cuda.is_available():
+        raise nm.BackendUnavailableError(
+            "--backend cuda: no CUDA device here (torch.cuda.is_available() is False); "
+            "allowed here: auto, cpu" + (", neuron" if neuron else "")
+        )
+    if backend == "neuron" or (backend == "auto" and neuron):
         return "neuron"
     if backend == "cuda" or (backend == "auto" and torch.cuda.is_available()):
         return "cuda"
     return "cpu"
 
 
-def headline(
-    summaries: dict[str, nm.OpSummary],
-    ratios: dict[str, float] | None = None,
-    verdicts: dict[str, str] | None = None,
-) -> tuple[str, str, float]:
-    """The fastest variant, its speedup and the sentence for the runs list.
-
-    Times are device time when every variant has one, else self CPU time (the time metric of
-    ``neuron-mlflow compare``): ``compare``'s ratios to the first variant (the baseline) when
-    every variant has one (``ratios``, with its ``verdicts``), else the last windows' means.
-    The speedup is against the baseline, or against the runner-up when the baseline is fastest.
-    """
-    baseline = next(iter(summaries))
-    measure = "device time"
-    if all(s.device_time_us is not None for s in summaries.values()):
-        times = {v: s.device_time_us or 0.0 for v, s in summaries.items()}
-    else:
-        measure, times = "self CPU time", {v: s.cpu_time_us for v, s in summaries.items()}
-    verdicts = verdicts or {}
-    if ratios and all(v in ratios for v in summaries if v != baseline):
-        times = {baseline: 1.0, **{v: ratios[v] for v in summaries if v != baseline}}
-    ranked = sorted(summaries, key=lambda v: times[v])
-    fastest = ranked[0]
-    if len(ranked) == 1:
-        return fastest, f"{fastest} only: nothing to compare", 1.0
-    other = baseline if baseline != fastest else ranked[1]
-    speedup = times[other] / max(times[fastest], 1e-12)
-    judged = fastest if fastest != baseline else other
-    if judged in verdicts:
-        measure += f", {judged}: {verdicts[judged]}" if judged == other else f", {verdicts[judged]}"
-    return fastest, f"{fastest} fastest: {speedup:.2f}x vs {other} ({measure})", speedup
-
-
-def conclude(runs: dict[str, tuple[str, nm.OpSummary]]) -> list[str]:
-    """Each variant against the first, decided by ``neuron-mlflow compare`` from every step of
-    every window: ``rms_norm vs naive: 0.41x [0.37, 0.45], improvement``. The verdicts go on
-    the active (parent) run as tags, the ratios and bounds as metrics."""
-    import contextlib
-    import io
-    import json
-
-    from neuron_mlflow.cli import main as cli
-
-    names = list(runs)
+def verdict_lines(comparison: Any) -> list[str]:
+    """Each variant against the first: ``rms_norm vs naive: 0.41x [0.37, 0.45], improvement
+    (self CPU time, 10th-percentile step)``: the comparison's own estimates."""
+    c = comparison
+    names = {r.run_id: r.name for r in c.runs}
+    base = names[c.baseline]
     lines = []
-    for variant in names[1:]:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            cli(["compare", runs[variant][0], "--baseline", runs[names[0]][0], "--format", "json"])
-        data = json.loads(out.getvalue())
-        e = data["estimates"][runs[variant][0]][data["time_metric"]]
-        mlflow.set_tag(f"verdict/{variant}", e["verdict"])
-        if e["ratio"] is not None:
-            mlflow.log_metric(f"ratio/{variant}", e["ratio"])
-        line = f"{variant} vs {names[0]}: "
-        if e["low"] is None:
-            line += f"insufficient data ({e['reason']}): raise --active or --repeat"
-        else:
-            mlflow.log_metrics(
-                {f"ratio_low/{variant}": e["low"], f"ratio_high/{variant}": e["high"]}
-            )
-            line += f"{e['ratio']:.2f}x [{e['low']:.2f}, {e['high']:.2f}], {e['verdict']}"
-            if e["verdict"] == "insufficient data":
-                line += " (interval too wide: raise --active or --repeat, or run it again)"
-        lines.append(f"{line} ({data['time_metric']}, 10th percentile step)")
+    for run_id, found in c.estimates.items():
+        e = found[c.time_metric]
+        line = f"{names[run_id]} vs {base}: {e.interval_text()}, {e.verdict}"
+        if e.verdict == "insufficient data":
+            line += f" ({e.reason})"
+        lines.append(f"{line} ({c.statistic})")
     return lines
+
+
+def log_comparison(comparison: Any) -> None:
+    """The comparison on the active (parent) run: the tags ``result`` (short, for the runs
+    list), ``result_detail``, ``statistic``, ``fastest`` (only with a decided winner) and
+    ``verdict/<variant>``; the metrics ``speedup`` (with a winner), ``ratio/<variant>`` (with
+    ``ratio_low``/``ratio_high``) and ``comparison/<variant>/<metric>``; ``comparison.md``
+    and ``comparison.html``."""
+    c = comparison
+    outcome = c.outcome
+    tags = {"result": outcome.result, "result_detail": outcome.detail, "statistic": c.statistic}
+    metrics: dict[str, float] = {}
+    if outcome.fastest is not None:
+        tags["fastest"] = outcome.fastest
+        metrics["speedup"] = round(outcome.speedup, 3)
+    names = {r.run_id: r.name for r in c.runs}
+    for run_id, found in c.estimates.items():
+        e = found[c.time_metric]
+        tags[f"verdict/{names[run_id]}"] = e.verdict
+        if e.ratio is not None:
+            metrics[f"ratio/{names[run_id]}"] = e.ratio
+        if e.low is not None and e.high is not None:
+            metrics[f"ratio_low/{names[run_id]}"] = e.low
+            metrics[f"ratio_high/{names[run_id]}"] = e.high
+    for run_id, values in c.values.items():
+        metrics.update({f"comparison/{names[run_id]}/{k}": v for k, v in values.items()})
+    mlflow.set_tags(tags)
+    mlflow.log_metrics(metrics)
+    nm.publish_comparison(c, log_to=mlflow.active_run().info.run_id)  # type: ignore[union-attr]
 
 
 def ui_hint(tracking_uri: str, experiment_id: str) -> str:
@@ -150,79 +141,99 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--active", type=int, default=20, help="steps a window (20)")
-    parser.add_argument("--repeat", type=int, default=3, help="windows a variant (3)")
+    parser.add_argument("--repeat", type=int, default=3, help="windows a variant: rounds (3)")
     parser.add_argument("--backend", default="auto", choices=["auto", "neuron", "cuda", "cpu"])
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--experiment", default="rmsnorm")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="fixes the rounds' shuffled order (default: new)"
+    )
     args = parser.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in args.variants if v not in VARIANTS]
-    if unknown or not args.variants:
-        parser.error(f"--variants: unknown {unknown}; allowed: {', '.join(VARIANTS)}")
+    if unknown or not args.variants or len(set(args.variants)) < len(args.variants):
+        parser.error(
+            f"--variants: unknown or repeated {unknown or args.variants}; allowed: "
+            f"{', '.join(VARIANTS)}"
+        )
+    for name in ("rows", "hidden", "active", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: got {getattr(args, name)}; allowed: 1 or more")
+    if args.warmup < 0:
+        parser.error(f"--warmup: got {args.warmup}; allowed: 0 or more")
     return args
+
+
+def measure(
+    args: argparse.Namespace, config: nm.ProfilerConfig, device: str
+) -> dict[str, str] | None:
+    """Every variant in its own nested run, measured in turns: ``--repeat`` rounds, each
+    variant one window a round, in a shuffled order each round (so whatever else the machine
+    does lands on every variant). Returns variant -> run id (``None``: a window was lost)."""
+    torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    x = torch.randn(args.rows, args.hidden, dtype=dtype, device=device)
+    w = torch.randn(args.hidden, dtype=dtype, device=device)
+    fns = {variant: variant_fn(variant, device) for variant in args.variants}
+    for fn in fns.values():
+        for _ in range(3):  # compilation and first calls stay outside the windows
+            fn(x, w)
+    runs = {}
+    for variant in args.variants:
+        with mlflow.start_run(run_name=variant, nested=True) as child:
+            runs[variant] = child.info.run_id
+    profiled: dict[str, Any] = {v: nm.profile(config=config)(fn) for v, fn in fns.items()}
+    order, rounds = random.Random(args.seed), []
+    for round_number in range(1, args.repeat + 1):
+        turns = order.sample(args.variants, len(args.variants))
+        for variant in turns:
+            with mlflow.start_run(run_id=runs[variant], nested=True):
+                for _ in range(args.warmup + args.active):  # one window
+                    profiled[variant](x, w)
+            profiled[variant].profiler.wait()  # its upload does not overlap the next window
+        print(f"round {round_number}/{args.repeat}: {', '.join(turns)}", flush=True)
+        rounds.append(",".join(turns))
+    mlflow.set_tag("rounds", " / ".join(rounds))  # the order the windows were taken in
+    for variant, fn in profiled.items():
+        fn.profiler.close()
+        fn.profiler.wait()
+        if fn.profiler.summary is None:
+            print(f"{variant}: no window was captured", file=sys.stderr)
+            return None
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if "MLFLOW_LOGGING_LEVEL" not in os.environ:  # MLflow's own switch; set it to see INFO
         logging.getLogger("mlflow").setLevel(logging.WARNING)
-    device = _device(args.backend)
-    torch.manual_seed(0)
-    dtype = getattr(torch, args.dtype)
-    x = torch.randn(args.rows, args.hidden, dtype=dtype, device=device)
-    w = torch.randn(args.hidden, dtype=dtype, device=device)
-    schedule = nm.Schedule(warmup=args.warmup, active=args.active, repeat=args.repeat)
-    config = nm.ProfilerConfig(backend=args.backend, schedule=schedule)
+    try:
+        device = _device(args.backend)
+        schedule = nm.Schedule(warmup=args.warmup, active=args.active, repeat=args.repeat)
+        config = nm.ProfilerConfig(backend=args.backend, schedule=schedule)
+    except nm.NeuronMlflowError as exc:  # a bad value (flag, env, YAML) or backend: one line
+        print(f"rmsnorm.py: {'; '.join(str(exc).split(chr(10)))}", file=sys.stderr)
+        return 2
     if "MLFLOW_RUN_ID" not in os.environ:  # under `mlflow run`, its run and experiment
         mlflow.set_experiment(args.experiment)
-    summaries: dict[str, nm.OpSummary] = {}
-    runs: dict[str, tuple[str, nm.OpSummary]] = {}
     name = f"rmsnorm {'|'.join(args.variants)} {time.strftime('%Y-%m-%d %H:%M')}"
+    started = time.monotonic()
     with mlflow.start_run(run_name=name) as parent:
-        mlflow.log_params({k: getattr(args, k) for k in ("rows", "hidden", "dtype", "backend")})
-        for number, variant in enumerate(args.variants, 1):
-            with mlflow.start_run(run_name=variant, nested=True) as child:
-                fn = variant_fn(variant, device)
-                for _ in range(3):  # compilation and first calls stay outside the windows
-                    fn(x, w)
-                profiled = nm.profile(config=config)(fn)
-                for _ in range((args.warmup + args.active) * args.repeat):
-                    profiled(x, w)
-                summary = profiled.profiler.summary
-                if summary is None:
-                    print(f"{variant}: no window was captured", file=sys.stderr)
-                    return 1
-                # the next variant is not measured while our worker uploads this one
-                profiled.profiler.close()
-                profiled.profiler.wait()
-                summaries[variant] = summary
-                runs[variant] = (child.info.run_id, summary)
-                print(
-                    f"[{number}/{len(args.variants)}] {variant}: {summary.cpu_time_us:.0f} us self"
-                    f" CPU per step, {summary.op_calls:g} top-level calls"
-                    f" (run {child.info.run_id})",
-                    flush=True,
-                )
-        table = nm.render_side_by_side(summaries)
-        markdown, page = nm.comparison_report(runs, title="RMSNorm variants")
-        mlflow.log_text(markdown, "comparison.md")
-        mlflow.log_text(page, "comparison.html")
-        for variant, s in summaries.items():
-            values = {"cpu_time_us": s.cpu_time_us, "op_calls": s.op_calls}
-            values["wall_time_us"] = s.wall_time_us
-            if s.device_time_us is not None:
-                values["device_time_us"] = s.device_time_us
-            mlflow.log_metrics({f"comparison/{variant}/{k}": v for k, v in values.items()})
-        for line in conclude(runs):  # the statistics: ratio, interval, verdict per variant
+        params = ("rows", "hidden", "dtype", "backend", "warmup", "active", "repeat")
+        mlflow.log_params({k: getattr(args, k) for k in params})
+        runs = measure(args, config, device)
+        if runs is None:
+            return 1
+        comparison = nm.compare_runs(list(runs.values()))  # the one comparison
+        assert comparison.outcome is not None
+        log_comparison(comparison)
+        print(comparison.render("seed"))
+        for line in verdict_lines(comparison):
             print(line)
-        decided = mlflow.get_run(parent.info.run_id).data  # conclude()'s ratios and verdicts
-        ratios = {v: decided.metrics[f"ratio/{v}"] for v in runs if f"ratio/{v}" in decided.metrics}
-        verdicts = {v: decided.tags[f"verdict/{v}"] for v in runs if f"verdict/{v}" in decided.tags}
-        fastest, result, speedup = headline(summaries, ratios, verdicts)
-        mlflow.set_tags({"result": result, "fastest": fastest})
-        mlflow.log_metric("speedup", round(speedup, 3))  # a readable column
-        print(table)
-        print(f"{result}; parent run {name!r} ({parent.info.run_id})")
+        print(
+            f"{comparison.outcome.result} ({comparison.statistic}); parent run {name!r} "
+            f"({parent.info.run_id}), {time.monotonic() - started:.0f} s"
+        )
         print(f"See it in the UI: {ui_hint(mlflow.get_tracking_uri(), parent.info.experiment_id)}")
     return 0
 

@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -34,9 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.interference import InterferenceProbe, Sample
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.naming import RECORDED_STEPS_KEY
+from neuron_mlflow.naming import RECORDED_STEPS_KEY, STEP_INTERFERENCE_KEY
 from neuron_mlflow.schedule import Window, window_action
 
 if TYPE_CHECKING:
@@ -82,15 +84,31 @@ class LiveWindow:
     """The host's load sampled when the window opened (the engine's ``HostLoad``)."""
     reason: str = "schedule"
     """Why the window was taken: ``schedule``, ``request <id>``, ``slow steps: 1.7x median``."""
+    probe: InterferenceProbe = field(default_factory=InterferenceProbe)
+    """Run-queue wait and involuntary switches per step (:mod:`.interference`)."""
+    step_start: Sample | None = None
+    interference: list[list[float | int | None]] = field(default_factory=list)
+    """Per recorded step ``[cpu_wait_us, switches]``, also in the trace's metadata."""
+
+    def begin_step(self) -> None:
+        """A step begins: read the interference counters (a window's steps only)."""
+        self.step_start = self.probe.sample()
 
     def record_step(self, step: int, started_ns: int) -> None:
         """Count ``step`` as recorded, with its wall time since ``started_ns``."""
         self.wall_ns += time.perf_counter_ns() - started_ns
         self.recorded_steps += 1
         self.last_recorded = step
-        if self.prof is not None:  # the trace says how many steps were recorded
-            try:
+        if self.step_start is not None:
+            wait_us, switches = self.probe.since(self.step_start)
+            self.interference.append([None if wait_us is None else round(wait_us, 1), switches])
+        else:
+            self.interference.append([None, None])
+        self.step_start = None
+        if self.prof is not None:  # the trace says how many steps were recorded, and their
+            try:  # interference from other processes (steps.jsonl's `disturbed`)
                 self.prof.add_metadata_json(RECORDED_STEPS_KEY, str(self.recorded_steps))
+                self.prof.add_metadata_json(STEP_INTERFERENCE_KEY, json.dumps(self.interference))
             except Exception as exc:  # an old torch: the trace's step ranges count instead
                 self.errors.append(f"tagging the trace failed: {type(exc).__name__}: {exc}")
 
@@ -117,6 +135,7 @@ class LiveWindow:
 
         cfg = self.config
         self.trace_dir.mkdir(parents=True, exist_ok=True)
+        self.probe.open()  # the threads torch's pools started by now
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             prof = torch.profiler.profile(
@@ -155,6 +174,7 @@ class LiveWindow:
         if self.prof is None:
             return
         prof, self.prof = self.prof, None
+        self.probe.close()
         self.stopped = prof  # freed by release(), not by whichever step the collector runs in
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)

@@ -429,8 +429,10 @@ class ProfilingSession:
                 return
             self._open_window(calls_marked=call_name is not None)
         capture = self._capture
-        if capture is not None and call_name is not None:
-            self.guarded(capture.enter_marker, CALL_MARKER_PREFIX + call_name)
+        if capture is not None:
+            capture.begin_step()  # interference counters, read outside the step's range
+            if call_name is not None:
+                self.guarded(capture.enter_marker, CALL_MARKER_PREFIX + call_name)
         self._step_started_ns = time.perf_counter_ns()
 
     def end_step(self) -> WindowRecord | None:

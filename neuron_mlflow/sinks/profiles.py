@@ -1,10 +1,12 @@
 """Read run profiles back from MLflow: the metric prefixes of a run, its latest window (the
 values shown) and every window's per-step samples (what ``compare`` decides from).
 
-Samples per window, best first: its ``steps.jsonl`` (per step); else its ``summary.json`` (the
-window's per-step mean, one value); a run without window artifacts gives one value per logged
-window from the metric history of its headline metrics. With one value per window, a run needs
-3 windows a side for a verdict (:mod:`neuron_mlflow.summary.statistics`).
+Samples per window, best first: its ``steps.jsonl`` (per step, without the steps that other
+processes disturbed: ``disturbed``, counted in ``RunProfile.steps_disturbed``); else its
+``summary.json`` (the window's per-step mean, one value); a run without window artifacts
+gives one value per logged window from the metric history of its headline metrics. With one
+value per window, a run needs 3 windows a side for a verdict
+(:mod:`neuron_mlflow.summary.statistics`).
 
 Example:
     >>> profile_prefixes(["profile/op_calls", "loss"])
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +28,39 @@ from neuron_mlflow.naming import HOST_LOAD_TAGS, STEPS_FILE, run_tag
 from neuron_mlflow.summary.comparison import (
     HEADLINE,
     SAMPLED,
+    Comparison,
     RunProfile,
     RunSamples,
+    compare_profiles,
     op_series,
     stable_op_names,
 )
 from neuron_mlflow.trace.step_samples import read_step_samples
 
 OP_FIELDS = ("self_device_us", "self_cpu_us", "calls")
+
+
+@contextlib.contextmanager
+def quiet_downloads() -> Iterator[None]:
+    """MLflow's artifact download progress bars off while reading a run's small files (a
+    bar each, on stderr, otherwise). Restores the variable as it was.
+
+    Example:
+        >>> import os
+        >>> with quiet_downloads():
+        ...     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"]
+        'false'
+    """
+    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(name)
+    os.environ[name] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
@@ -68,8 +96,9 @@ def _read(client: Any, run_id: str, path: str, tmp: str) -> str | None:
 
 def _window_samples(
     client: Any, run_id: str, window: str, tmp: str
-) -> tuple[dict[str, list[float]], dict[str, str], dict[str, Any] | None]:
-    """One window: series -> per-step values, raw op name -> key, and its summary.json."""
+) -> tuple[dict[str, list[float]], dict[str, str], dict[str, Any] | None, tuple[int, int]]:
+    """One window: series -> per-step values of its undisturbed steps, raw op name -> key,
+    its summary.json, and (disturbed steps, steps) of its ``steps.jsonl``."""
     files = set()
     with contextlib.suppress(Exception):
         files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(run_id, window)}
@@ -83,10 +112,14 @@ def _window_samples(
                 summary = None
     series: dict[str, list[float]] = {}
     keys: dict[str, str] = {}
+    counted = (0, 0)
     text = _read(client, run_id, f"{window}/{STEPS_FILE}", tmp) if STEPS_FILE in files else None
     if text:
         heads, ops = read_step_samples(text)
         heads.sort(key=lambda r: r["step"])
+        every = len(heads)
+        heads = [r for r in heads if r.get("disturbed") is not True]
+        counted = (every - len(heads), every)
         for metric in SAMPLED:
             values = [float(r[metric]) for r in heads if r.get(metric) is not None]
             if values:
@@ -113,7 +146,7 @@ def _window_samples(
             for field_name in OP_FIELDS:
                 if op.get(field_name) is not None:
                     series[op_series(keys[op["name"]], field_name)] = [float(op[field_name])]
-    return series, keys, summary
+    return series, keys, summary, counted
 
 
 def _history_samples(
@@ -142,15 +175,18 @@ def _history_samples(
 
 def _read_run(
     client: Any, run_id: str, prefix: str, metrics: dict[str, float]
-) -> tuple[RunSamples, dict[str, dict[str, float]]]:
-    """Every window's samples of the run, and the latest window's ops (for display)."""
+) -> tuple[RunSamples, dict[str, dict[str, float]], tuple[int, int]]:
+    """Every window's samples of the run, the latest window's ops (for display), and
+    (disturbed steps, steps) over its windows."""
     samples: RunSamples = {}
     ops: dict[str, dict[str, float]] = {}
+    disturbed = steps = 0
     windows = _windows(client, run_id, prefix)
     with tempfile.TemporaryDirectory(prefix="neuron-mlflow-profile-") as tmp:
         latest: tuple[dict[str, str], dict[str, Any] | None] = ({}, None)
         for window in windows:
-            series, keys, summary = _window_samples(client, run_id, window, tmp)
+            series, keys, summary, counted = _window_samples(client, run_id, window, tmp)
+            disturbed, steps = disturbed + counted[0], steps + counted[1]
             for name, values in series.items():
                 samples.setdefault(name, []).append(values)
             if summary is not None:
@@ -168,9 +204,9 @@ def _read_run(
                 key, field_name = name[len(start) :].rsplit("/", 1)
                 if field_name in OP_FIELDS:
                     ops.setdefault(key, {})[field_name] = value
-    if not samples:
+    if not samples and not steps:
         samples = _history_samples(client, run_id, prefix, metrics)
-    return samples, ops
+    return samples, ops, (disturbed, steps)
 
 
 def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProfile:
@@ -202,7 +238,8 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
     headline = {
         name: metrics[f"{prefix}/{name}"] for name in HEADLINE if f"{prefix}/{name}" in metrics
     }
-    samples, ops = _read_run(client, run_id, prefix, metrics)
+    with quiet_downloads():
+        samples, ops, (disturbed, steps) = _read_run(client, run_id, prefix, metrics)
     tags = {
         short: run.data.tags[tag] for short, tag in HOST_LOAD_TAGS.items() if tag in run.data.tags
     }
@@ -217,4 +254,45 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
         samples=[samples],
         tags=tags,
         run_ids=[run_id],
+        steps_disturbed=disturbed,
+        steps_read=steps,
     )
+
+
+def compare_runs(
+    run_ids: Sequence[str],
+    baseline: str | None = None,
+    top: int = 20,
+    margin_pct: float | None = None,
+    client: Any = None,
+) -> Comparison:
+    """Compare MLflow runs by their profiles: what ``neuron-mlflow compare RUN...`` computes,
+    as a :class:`~neuron_mlflow.summary.comparison.Comparison` (its ``outcome`` is the one
+    answer; ``render_table``/``render_markdown``/``render_json`` and
+    :func:`~neuron_mlflow.sinks.comparison_files.publish_comparison` show it).
+
+    Args:
+        run_ids: the runs, one side each (the first is the baseline unless ``baseline``).
+        baseline: the baseline run.
+        top: operators compared.
+        margin_pct: the verdicts' margin (default 5 %).
+        client: an ``MlflowClient`` (default: one for the current tracking URI).
+
+    Raises:
+        CompareError: a run does not exist or has no profile metrics.
+
+    Example:
+        >>> import tempfile
+        >>> from mlflow import MlflowClient
+        >>> store = MlflowClient(f"sqlite:///{tempfile.mkdtemp()}/mlflow.db")
+        >>> compare_runs(["no-such-run"], client=store)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        neuron_mlflow.errors.CompareError: run 'no-such-run' was not found at sqlite:///...
+    """
+    if client is None:
+        from mlflow import MlflowClient
+
+        client = MlflowClient()
+    profiles = [load_profile(client, run_id) for run_id in run_ids]
+    return compare_profiles(profiles, baseline=baseline, top=top, margin_pct=margin_pct)

@@ -17,15 +17,21 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neuron_mlflow.summary.statistics import (
     CONFIDENCE,
     DEFAULT_MARGIN_PCT,
+    IMPROVEMENT,
     INSUFFICIENT,
+    MAX_DISTURBED_SHARE,
+    NO_CHANGE,
+    REGRESSION,
+    STATISTIC,
     Estimate,
     compare_samples,
+    side_value,
 )
 
 HEADLINE = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls", "steps")
@@ -33,6 +39,14 @@ HEADLINE = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls", "steps"
 SAMPLED = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls")
 """Headline metrics with per-step samples (ratio, interval and verdict)."""
 EXIT_INSUFFICIENT = 3
+METRIC_LABELS = {
+    "device_time_us": "device time",
+    "cpu_time_us": "self CPU time",
+    "wall_time_us": "wall time",
+    "op_calls": "op calls",
+    "steps": "steps",
+}
+"""Headline metrics in words."""
 """``compare --fail-above``'s exit code when the gated rows cannot be decided."""
 _COMPILED = re.compile(r"(CompiledFxGraph[ _]+)([A-Za-z0-9]{16,})")
 
@@ -97,7 +111,8 @@ class RunProfile:
         tags: the run's host load (``load_avg_1m``, ``cpu_steal_pct``, ``cpu_count``,
             ``torch_threads``: the ``naming.HOST_LOAD_TAGS`` tags), for the load warning.
         run_ids: the runs behind this profile (several for a group).
-        windows: windows read per run.
+        steps_disturbed: steps of its ``steps.jsonl`` files that other processes disturbed
+            (left out of ``samples``); ``steps_read`` all their steps.
     """
 
     run_id: str
@@ -110,6 +125,8 @@ class RunProfile:
     samples: list[RunSamples] | None = None
     tags: dict[str, str] = field(default_factory=dict)
     run_ids: list[str] = field(default_factory=list)
+    steps_disturbed: int = 0
+    steps_read: int = 0
 
     def side(self, series: str) -> list[list[list[float]]]:
         """This profile's samples of one series: runs -> windows -> steps."""
@@ -173,6 +190,8 @@ def group_profiles(profiles: Sequence[RunProfile], name: str | None = None) -> R
         samples=samples,
         tags=tags,
         run_ids=[i for p in profiles for i in (p.run_ids or [p.run_id])],
+        steps_disturbed=sum(p.steps_disturbed for p in profiles),
+        steps_read=sum(p.steps_read for p in profiles),
     )
 
 
@@ -200,6 +219,63 @@ class Comparison:
     ``row["estimate"][run_id]``)."""
     margin_pct: float = DEFAULT_MARGIN_PCT
     op_confidence: float = CONFIDENCE
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    """What every surface shows per run and headline metric: the :data:`STATISTIC` of its
+    samples (the value its verdicts are decided on); without samples, the logged value."""
+    outcome: Outcome | None = None
+    """The one answer: :func:`decide`."""
+
+    @property
+    def statistic(self) -> str:
+        """What the values are: ``self CPU time, 10th-percentile step``."""
+        return f"{METRIC_LABELS.get(self.time_metric, self.time_metric)}, {STATISTIC}"
+
+    def render(self, fmt: str = "table") -> str:
+        """The comparison as text: ``table`` (a terminal's), ``markdown``, ``json``, or
+        ``seed`` (the result and the seed's side-by-side table with the verdicts)."""
+        renders = {
+            "table": render_table,
+            "markdown": render_markdown,
+            "json": render_json,
+            "seed": render_seed_table,
+        }
+        return renders[fmt](self)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The one answer of a comparison, the same on every surface (:func:`decide`).
+
+    Attributes:
+        fastest: the fastest run's name, only when decided against the runner-up.
+        runner_up: the next fastest run's name.
+        speedup: the runner-up's value over the fastest's (the shown statistic).
+        estimate: the fastest against the runner-up (ratio fastest / runner-up).
+        result: one short line for the runs list: ``rms_norm fastest: 2.41x vs compiled`` or
+            ``no winner: ...``.
+        detail: the statistic and the reason, in full.
+    """
+
+    fastest: str | None
+    runner_up: str | None
+    speedup: float | None
+    estimate: Estimate | None
+    result: str
+    detail: str
+
+
+def _disturbance(e: Estimate, sides: Sequence[RunProfile]) -> Estimate:
+    """``e`` with the disturbed steps of its sides said: no verdict when a side has more than
+    :data:`MAX_DISTURBED_SHARE` of its steps disturbed by other processes."""
+    worst = max(sides, key=lambda p: p.steps_disturbed / max(p.steps_read, 1))
+    if not worst.steps_disturbed:
+        return e
+    said = f"{worst.steps_disturbed} of {worst.steps_read} steps disturbed by other processes" + (
+        f" ({worst.name})" if len(sides) > 1 else ""
+    )
+    if worst.steps_disturbed > MAX_DISTURBED_SHARE * worst.steps_read:
+        return replace(e, verdict=INSUFFICIENT, low=None, high=None, reason=said)
+    return replace(e, reason=f"{e.reason}; {said}, left out")
 
 
 def _pct(new: float, old: float) -> float:
@@ -242,8 +318,12 @@ def compare_profiles(
     time_metric = "device_time_us" if "device_time_us" in shared else "cpu_time_us"
     if time_metric not in shared:
         time_metric = "wall_time_us"
+    values = {r.run_id: {m: _shown(r, m, r.headline[m]) for m in shared} for r in runs}
+    shown = {
+        run: {m: v for m, v in found.items() if v is not None} for run, found in values.items()
+    }
     change = {
-        r.run_id: {m: _pct(r.headline[m], base.headline[m]) for m in shared}
+        r.run_id: {m: _pct(shown[r.run_id][m], shown[base.run_id][m]) for m in shared}
         for r in runs
         if r.run_id != base.run_id
     }
@@ -259,11 +339,12 @@ def compare_profiles(
         names.extend(n for n in extra[:top] if n not in names)
     rows = []
     for name in names:
-        base_value = base.ops.get(name, {}).get(op_field)
+        series = op_series(name, op_field)
+        base_value = _shown(base, series, base.ops.get(name, {}).get(op_field))
         row: dict[str, Any] = {"op": name, "field": op_field, "values": {}, "status": {}}
         row["delta"], row["delta_pct"] = {}, {}
         for r in runs:
-            value = r.ops.get(name, {}).get(op_field)
+            value = _shown(r, series, r.ops.get(name, {}).get(op_field))
             row["values"][r.run_id] = value
             if r.run_id == base.run_id:
                 continue
@@ -279,7 +360,7 @@ def compare_profiles(
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     estimates = {
         r.run_id: {
-            m: compare_samples(base.side(m), r.side(m), margin, name=m)
+            m: _disturbance(compare_samples(base.side(m), r.side(m), margin, name=m), (base, r))
             for m in shared
             if m in SAMPLED
         }
@@ -293,11 +374,20 @@ def compare_profiles(
         series = op_series(row["op"], op_field)
         for r in runs:
             if row["status"].get(r.run_id) == "":
-                row["estimate"][r.run_id] = compare_samples(
-                    base.side(series), r.side(series), margin, op_confidence, name=series
+                row["estimate"][r.run_id] = _disturbance(
+                    compare_samples(
+                        base.side(series), r.side(series), margin, op_confidence, name=series
+                    ),
+                    (base, r),
                 )
     notes += load_notes(runs)
-    return Comparison(
+    notes += [
+        f"{r.name}: {r.steps_disturbed} of {r.steps_read} steps disturbed by other processes "
+        "(left out of every value and verdict)"
+        for r in runs
+        if r.steps_disturbed
+    ]
+    comparison = Comparison(
         runs,
         base.run_id,
         time_metric,
@@ -308,7 +398,76 @@ def compare_profiles(
         estimates,
         margin,
         op_confidence,
+        shown,
     )
+    comparison.outcome = decide(comparison)
+    return comparison
+
+
+def _shown(r: RunProfile, series: str, logged: float | None) -> float | None:
+    """The value shown for one series of a run: the :data:`STATISTIC` of its samples, else
+    the logged value (``steps`` and ``op_calls`` are counts: as logged)."""
+    if series in ("steps",) or r.samples is None:
+        return logged
+    found = side_value(r.side(series))
+    return logged if found is None else found
+
+
+def decide(c: Comparison) -> Outcome:
+    """The one answer: the fastest run by the :data:`STATISTIC` of the headline time, named
+    only when its difference to the runner-up is decided (the runner-up's verdict against it
+    is ``improvement`` at the comparison's margin); else no winner, and why.
+
+    Example:
+        >>> fast = RunProfile("a", "fused", "p", {"cpu_time_us": 50.0}, {},
+        ...                   samples=[{"cpu_time_us": [[50.0, 51, 49, 50, 50, 51]]}])
+        >>> slow = RunProfile("b", "naive", "p", {"cpu_time_us": 100.0}, {},
+        ...                   samples=[{"cpu_time_us": [[100.0, 101, 99, 100, 100, 101]]}])
+        >>> decide(compare_profiles([slow, fast])).result
+        'fused fastest: 2.01x vs naive'
+        >>> decide(compare_profiles([slow, slow])).result
+        'no winner: naive and naive within 5%'
+    """
+    metric = c.time_metric
+    shown = {r.run_id: c.values.get(r.run_id, {}).get(metric) for r in c.runs}
+    timed = [r for r in c.runs if shown[r.run_id] is not None]
+    if len(timed) < 2:
+        return Outcome(None, None, None, None, "no winner: nothing to compare", c.statistic)
+    ranked = sorted(timed, key=lambda r: shown[r.run_id] or 0.0)
+    fastest, runner = ranked[0], ranked[1]
+    # against the baseline, the verdicts every other surface shows; else the pair itself
+    wanted = IMPROVEMENT
+    found = None
+    if runner.run_id == c.baseline:
+        found = c.estimates.get(fastest.run_id, {}).get(metric)
+    elif fastest.run_id == c.baseline:
+        found, wanted = c.estimates.get(runner.run_id, {}).get(metric), REGRESSION
+    if found is not None:
+        e = found
+    else:
+        wanted = IMPROVEMENT
+        e = _disturbance(
+            compare_samples(runner.side(metric), fastest.side(metric), c.margin_pct, name=metric),
+            (runner, fastest),
+        )
+    speedup = (shown[runner.run_id] or 0.0) / max(shown[fastest.run_id] or 0.0, 1e-12)
+    pair = f"{e.interval_text()} {e.verdict} ({e.reason})"
+    pair = (
+        f"{runner.name} vs {fastest.name}: {pair}"
+        if wanted == REGRESSION
+        else f"{fastest.name} vs {runner.name}: {pair}"
+    )
+    detail = f"{c.statistic}; {pair}"
+    if e.verdict == wanted:
+        result = f"{fastest.name} fastest: {speedup:.2f}x vs {runner.name}"
+        return Outcome(fastest.name, runner.name, speedup, e, result, detail)
+    if e.verdict == NO_CHANGE:
+        result = f"no winner: {fastest.name} and {runner.name} within {c.margin_pct:g}%"
+    elif "disturbed" in e.reason and e.low is None:
+        result = f"no winner: insufficient data ({e.reason})"
+    else:
+        result = f"no winner: insufficient data ({fastest.name} vs {runner.name})"
+    return Outcome(None, runner.name, None, e, result, detail)
 
 
 LOAD_PER_CPU_GAP = 0.5
@@ -444,7 +603,7 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
     for metric in c.headline_metrics:
         row = [metric]
         for r in c.runs:
-            cell = _fmt(r.headline[metric])
+            cell = _fmt(c.values[r.run_id][metric])
             if r.run_id != base:
                 cell += f" ({_signed_pct(c.headline_change_pct[r.run_id][metric])})"
             row.append(cell)
@@ -529,16 +688,30 @@ def _stat_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
 
 def _stat_title(c: Comparison) -> str:
     return (
-        f"How sure (candidate / baseline of the median step, {100 * CONFIDENCE:g}% interval; "
+        f"How sure (candidate / baseline of the {STATISTIC}, {100 * CONFIDENCE:g}% interval; "
         f"ops {100 * c.op_confidence:.2f}%, Bonferroni; verdict at +-{c.margin_pct:g}%; "
-        "steps: baseline/candidate):"
+        "steps: baseline/candidate, undisturbed):"
     )
 
 
-def render_markdown(c: Comparison) -> str:
-    """The comparison as Markdown tables (headline, then per-op ``self_*_us`` per step)."""
+def _head_lines(c: Comparison, result: bool = True) -> list[str]:
+    """The answer first, then what the tables show."""
+    lines = []
+    if result and c.outcome is not None:
+        lines.append(f"Result: {c.outcome.result} ({c.statistic})")
+    lines.append(
+        f"Values: per run, the {STATISTIC} of its undisturbed steps, all windows pooled "
+        "(a group of runs: their mean)."
+    )
+    return lines
+
+
+def render_markdown(c: Comparison, result: bool = True) -> str:
+    """The comparison as Markdown: the result, the headline table, per-op ``self_*_us`` per
+    step, then how sure (every value the :data:`STATISTIC`)."""
     head, body, op_head, op_body = _tables(c)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [*_head_lines(c, result), ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     if op_body:
         field_name = c.op_rows[0]["field"]
@@ -567,7 +740,7 @@ def render_table(c: Comparison) -> str:
         )
         return [fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]
 
-    lines = block(head, body)
+    lines = [*_head_lines(c), "", *block(head, body)]
     if op_body:
         lines += ["", f"Per op ({c.op_rows[0]['field']} per step; change vs baseline):"]
         lines += block(op_head, op_body)
@@ -582,9 +755,22 @@ def render_table(c: Comparison) -> str:
 
 def render_json(c: Comparison) -> str:
     """The comparison as JSON."""
+    outcome = c.outcome
     data = {
         "baseline": c.baseline,
         "time_metric": c.time_metric,
+        "statistic": c.statistic,
+        "values": c.values,
+        "outcome": None
+        if outcome is None
+        else {
+            "fastest": outcome.fastest,
+            "runner_up": outcome.runner_up,
+            "speedup": outcome.speedup,
+            "result": outcome.result,
+            "detail": outcome.detail,
+            "estimate": outcome.estimate.to_dict() if outcome.estimate is not None else None,
+        },
         "runs": [
             {
                 "run_id": r.run_id,
@@ -594,6 +780,8 @@ def render_json(c: Comparison) -> str:
                 "headline": r.headline,
                 "run_ids": r.run_ids or [r.run_id],
                 "host_load": r.tags,
+                "steps_disturbed": r.steps_disturbed,
+                "steps_read": r.steps_read,
             }
             for r in c.runs
         ],
@@ -641,25 +829,47 @@ def profile_from_summary(
     return RunProfile(run_id, name, prefix, headline, ops, backend)
 
 
-def render_seed_markdown(c: Comparison) -> str:
-    """``comparison.md``: the seed's side-by-side table of the runs, then the changes.
+def render_seed_table(c: Comparison) -> str:
+    """The result, then the seed's side-by-side table of the runs: every value the
+    :data:`STATISTIC`, with the headline time's ratio to the baseline and its verdict.
 
     Example:
         >>> a = RunProfile("a", "naive", "p", {"cpu_time_us": 125.0, "op_calls": 6.0}, {})
-        >>> print(render_seed_markdown(compare_profiles([a, a])).splitlines()[2])
-        | naive | n/a | 125.0 | 6 | - |
+        >>> print(render_seed_table(compare_profiles([a, a])).splitlines()[6])
+        | naive | n/a | 125.0 | 6 | - | baseline | - |
     """
-    lines = [
-        "| variant | device time (us) | self CPU (us) | op calls | wall time (us) |",
-        "|---|---:|---:|---:|---:|",
+    lines = [f"Result: {c.outcome.result} ({c.statistic})" if c.outcome else "Result: -", ""]
+    lines += [
+        f"Per variant, the {STATISTIC} (us per step; {c.statistic.split(',')[0]} decides):",
+        "",
+        "| variant | device time (us) | self CPU (us) | op calls | wall time (us) "
+        f"| {METRIC_LABELS.get(c.time_metric, c.time_metric)} vs baseline | verdict |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in c.runs:
-        h = r.headline
+        h = c.values[r.run_id]
         cells = [
             f"{h['device_time_us']:.1f}" if "device_time_us" in h else "n/a",
             f"{h['cpu_time_us']:.1f}" if "cpu_time_us" in h else "-",
             f"{h['op_calls']:g}" if "op_calls" in h else "-",
             f"{h['wall_time_us']:.1f}" if "wall_time_us" in h else "-",
         ]
+        e = c.estimates.get(r.run_id, {}).get(c.time_metric)
+        if r.run_id == c.baseline:
+            cells += ["baseline", "-"]
+        else:
+            cells += ["-", "-"] if e is None else [e.interval_text(), e.verdict]
         lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + render_markdown(c)
+    return "\n".join(lines) + "\n"
+
+
+def render_seed_markdown(c: Comparison) -> str:
+    """``comparison.md``: :func:`render_seed_table`, then :func:`render_markdown` (the
+    changes and how sure).
+
+    Example:
+        >>> a = RunProfile("a", "naive", "p", {"cpu_time_us": 125.0, "op_calls": 6.0}, {})
+        >>> render_seed_markdown(compare_profiles([a, a])).splitlines()[0]  # doctest: +ELLIPSIS
+        'Result: no winner: insufficient data (naive vs naive) (self CPU time, 10th-percentile...'
+    """
+    return render_seed_table(c) + "\n" + render_markdown(c, result=False)

@@ -44,7 +44,13 @@ from neuron_mlflow.summary.comparison import (
 from neuron_mlflow.summary.names import display_names
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import page
-from neuron_mlflow.summary.statistics import IMPROVEMENT, INSUFFICIENT, NO_CHANGE, REGRESSION
+from neuron_mlflow.summary.statistics import (
+    IMPROVEMENT,
+    INSUFFICIENT,
+    NO_CHANGE,
+    REGRESSION,
+    STATISTIC,
+)
 from neuron_mlflow.summary.tables import format_us
 
 LABELS = {
@@ -89,7 +95,7 @@ def _kind(pct: float | None, is_base: bool) -> str:
 def _totals(c: Comparison) -> str:
     out = ['<div class="cmp" id="nm-totals">']
     for metric in (m for m in c.headline_metrics if m in LABELS):
-        values = [r.headline[metric] for r in c.runs]
+        values = [c.values[r.run_id][metric] for r in c.runs]
         out.append(f'<div class="group" data-metric="{metric}">{LABELS[metric]}</div>')
         for r, value in zip(c.runs, values, strict=True):
             base = r.run_id == c.baseline
@@ -221,7 +227,8 @@ def _how_sure(c: Comparison) -> str:
         )
     return (
         "<h2>How sure: ratio to the baseline, interval, verdict</h2>"
-        f'<p class="muted">Candidate / baseline of the median step; 95% intervals (ops: '
+        f'<p class="muted">Candidate / baseline of the {STATISTIC} (undisturbed steps); 95% '
+        "intervals (ops: "
         f"{100 * c.op_confidence:.2f}%, Bonferroni) from a bootstrap over runs, windows and "
         f"steps; verdicts at +-{c.margin_pct:g}% (the shaded band).</p>"
         f"{_forest(c)}"
@@ -275,15 +282,26 @@ def render_comparison_html(
     notes = "".join(f'<div class="note">{html.escape(n)}</div>' for n in c.notes)
     ops_html, top = _ops(c)
     field = c.op_rows[0]["field"] if c.op_rows else ""
+    outcome = ""
+    if c.outcome is not None:
+        outcome = (
+            f'<div class="note" id="nm-result"><b>{html.escape(c.outcome.result)}</b> '
+            f"({html.escape(c.statistic)})<br>{html.escape(c.outcome.detail)}</div>"
+        )
+    legend = (
+        '<div class="legend"><span style="--c:#2167d1">baseline</span>'
+        '<span style="--c:#1a7f37">lower than the baseline</span><span style="--c:#c62828">'
+        "higher</span></div>"
+    )
     body = (
         f'<h1>{html.escape(title)}</h1><div class="header" id="nm-header">'
         f"<div><b>runs</b>{html.escape(runs)}</div><div><b>baseline</b>{html.escape(base.name)}"
-        f"</div><div><b>headline time</b>{html.escape(c.time_metric)}</div></div>{verdict}{notes}"
-        '<h2>Per run</h2><div class="legend"><span style="--c:#2167d1">baseline</span>'
-        '<span style="--c:#1a7f37">lower than the baseline</span><span style="--c:#c62828">'
-        "higher</span></div>"
+        f"</div><div><b>headline time</b>{html.escape(c.time_metric)}</div>"
+        f"<div><b>values</b>{html.escape(STATISTIC)} of the undisturbed steps</div></div>"
+        f"{outcome}{verdict}{notes}"
         f"{_how_sure(c)}"
-        f"{_totals(c)}<h2>Per operator ({html.escape(field)} per step)</h2>{ops_html}"
+        f"<h2>Per run ({html.escape(STATISTIC)})</h2>{legend}{_totals(c)}"
+        f"<h2>Per operator ({html.escape(field)}, {html.escape(STATISTIC)})</h2>{ops_html}"
     )
     return page(title, body, {"op_max": top}, ("comparison.js",))
 
@@ -312,8 +330,8 @@ def comparison_report(
         >>> naive = build_summary([RawOp("aten::mul", 3, 60.9, 60.9)], 6, 1, 200.0)
         >>> fused = build_summary([RawOp("aten::_fused_rms_norm", 1, 47.6, 47.6)], 1, 1, 90.0)
         >>> md, page = comparison_report({"naive": ("r1", naive), "rms_norm": ("r2", fused)})
-        >>> md.splitlines()[3]
-        '| rms_norm | n/a | 47.6 | 1 | 90.0 |'
+        >>> md.splitlines()[7]
+        '| rms_norm | n/a | 47.6 | 1 | 90.0 | 0.78x [no interval] | insufficient data |'
     """
     profiles = [
         profile_from_summary(run_id, name, summary) for name, (run_id, summary) in runs.items()

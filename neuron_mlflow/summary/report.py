@@ -171,14 +171,30 @@ def _steps(steps: list[Mapping[str, Any]]) -> str:
             f"ProfilerStep#{first['trace_step']}-#{last['trace_step']} in the trace file "
             "(torch.profiler counts from its own start).</p>",
         )
+    marked = [st for st in steps if st.get("disturbed")]
+    if marked:
+        out.insert(
+            0,
+            f'<p class="note" id="nm-disturbed">{len(marked)} of {len(steps)} steps disturbed by '
+            "other processes (marked \u26a0: this process's threads waited for a CPU at least "
+            "5 % of the step); comparisons leave them out.</p>",
+        )
     for st in steps:
         bars = [("", st["wall_us"] / top, format_us(st["wall_us"]))]
         if st.get("device_us") is not None:
             bars.append(("device", st["device_us"] / top, format_us(st["device_us"])))
             busy = st.get("device_busy_pct") or 0.0
             bars.append(("busy", busy / 100.0, f"{busy:.1f} %"))
+        label = f"step {st['step']}"
+        if st.get("disturbed"):
+            waited = st.get("cpu_wait_us")
+            why = f"waited {format_us(waited)} for a CPU" if waited else "preempted"
+            label = (
+                f'<span class="nm-disturbed" title="disturbed by other processes: {why}">'
+                f"{label} \u26a0</span>"
+            )
         for i, (cls, frac, text) in enumerate(bars):
-            out.append(f'<div class="muted">{"step " + str(st["step"]) if i == 0 else ""}</div>')
+            out.append(f'<div class="muted">{label if i == 0 else ""}</div>')
             out.append(
                 f'<div class="track"><div class="fill {cls}" style="width:'
                 f'{100 * min(frac, 1.0):.2f}%"></div></div><div class="num">{text}</div>'

@@ -82,6 +82,14 @@ MIN_WINDOWS = 3
 OUTLIER_FENCE = 1.5
 """Tukey's fence for the first step: ``Q1 - 1.5 IQR`` .. ``Q3 + 1.5 IQR`` of the others."""
 SEED = 20240523
+DISTURBED_WAIT_SHARE = 0.05
+"""A step is disturbed when this process's threads waited for a CPU for at least this share
+of its wall time (:func:`disturbed`)."""
+MAX_DISTURBED_SHARE = 0.5
+"""A side with more than this share of its steps disturbed gets no verdict (``compare``)."""
+STATISTIC = "10th-percentile step"
+"""What every surface of a comparison shows: per run, the :data:`QUANTILE` quantile of its
+undisturbed steps, all windows pooled (a side: the mean over its runs)."""
 
 Side = Sequence[Sequence[Sequence[float]]]
 """One side: runs -> windows -> per-step values."""
@@ -121,6 +129,25 @@ def iqr(values: Sequence[float]) -> float:
         2.0
     """
     return quantile(values, 0.75) - quantile(values, 0.25)
+
+
+def disturbed(wall_us: float, cpu_wait_us: float | None, switches: int | None) -> bool | None:
+    """Whether other processes disturbed a step: this process's threads waited for a CPU at
+    least :data:`DISTURBED_WAIT_SHARE` of the step's wall time (``cpu_wait_us``, Linux); where
+    the wait is unknown, any involuntary context switch; ``None`` when neither is known.
+    Measured: ``neuron_mlflow/capture/interference.py``.
+
+    Example:
+        >>> disturbed(27000.0, 31000.0, 8), disturbed(200.0, 0.0, 0), disturbed(200.0, None, 1)
+        (True, False, True)
+        >>> disturbed(200.0, None, None) is None
+        True
+    """
+    if cpu_wait_us is not None:
+        return cpu_wait_us >= DISTURBED_WAIT_SHARE * wall_us and cpu_wait_us > 0
+    if switches is not None:
+        return switches > 0
+    return None
 
 
 def first_step_outlier(values: Sequence[float]) -> bool:
@@ -227,6 +254,20 @@ def run_value(run: list[list[float]]) -> float:
         400.0
     """
     return quantile([v for w in run for v in w], QUANTILE)
+
+
+def side_value(side: Side) -> float | None:
+    """A side's value, as the verdicts see it: the mean over its runs of :func:`run_value`
+    (first steps that are outliers left out); ``None`` without samples.
+
+    Example:
+        >>> side_value([[[100.0, 101, 99, 100, 102]], [[110.0, 111, 109, 110, 112]]])
+        104.4
+    """
+    runs = _clean(side)
+    if not runs:
+        return None
+    return sum(run_value(run) for run in runs) / len(runs)
 
 
 def _pools(runs: list[list[list[float]]], rng: random.Random) -> list[list[float]]:

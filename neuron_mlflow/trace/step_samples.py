@@ -17,7 +17,12 @@ window's own exported trace (the lowest rank's, like ``report.html``) with the t
 
 One JSON object a line: per step one headline row
 ``{"step": 0, "wall_time_us": .., "cpu_time_us": .., "device_time_us": .. | null,
-"op_calls": ..}``, then one row per step and top-k operator ``{"step": 0, "op": "aten::mm",
+"op_calls": .., "cpu_wait_us": .. | null, "involuntary_switches": .. | null,
+"disturbed": true | false | null}`` (``cpu_wait_us``: how long this process's threads waited
+for a CPU during the step, ``involuntary_switches`` the times another process took one from
+them: :mod:`neuron_mlflow.capture.interference`, from the trace's metadata; ``disturbed``:
+:func:`~neuron_mlflow.summary.statistics.disturbed`; ``null`` for a trace that does not say,
+e.g. one ingested), then one row per step and top-k operator ``{"step": 0, "op": "aten::mm",
 "key": "aten::mm", "self_cpu_us": .., "self_device_us": .. | null, "calls": ..}`` (``key``:
 the op's stable name across runs, :func:`~neuron_mlflow.summary.comparison.stable_op_names`;
 the raw name stays in ``op`` and in ``ops.csv``). 20 steps x 20 ops is about 40 kB.
@@ -50,9 +55,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_STATS_KEY, STEPS_FILE
+from neuron_mlflow.naming import (
+    CALL_MARKER_PREFIX,
+    STEP_INTERFERENCE_KEY,
+    STEP_STATS_KEY,
+    STEPS_FILE,
+)
 from neuron_mlflow.summary.comparison import stable_op_names
-from neuron_mlflow.summary.statistics import iqr, median
+from neuron_mlflow.summary.statistics import disturbed, iqr, median
+from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.timeline import build_timeline
 from neuron_mlflow.trace.timeline_events import DEVICE, OP
 
@@ -94,6 +105,59 @@ def _summary(artifacts_dir: Path) -> dict[str, Any]:
         return data.get("summary") or {}
     except (OSError, ValueError, AttributeError):
         return {}
+
+
+def read_interference(trace: Path) -> list[tuple[float | None, int | None]] | None:
+    """Per recorded step ``(cpu_wait_us, involuntary_switches)`` from the trace's metadata
+    (written by a live window before the events: only the file's head is read); ``None``
+    when the trace does not say.
+
+    Example:
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "t.json"
+        >>> _ = path.write_text(json.dumps({STEP_INTERFERENCE_KEY: [[0.0, 0], [9100.5, 3]],
+        ...                                 "traceEvents": []}))
+        >>> read_interference(path)
+        [(0.0, 0), (9100.5, 3)]
+    """
+    try:
+        stream = TraceStream(trace)
+        for _ in stream.batches():
+            break  # the metadata before the events is read by then
+        found = stream.metadata.get(STEP_INTERFERENCE_KEY)
+        if isinstance(found, str):
+            found = json.loads(found)
+    except Exception:  # the events' own reader reports a broken trace
+        return None
+    if not isinstance(found, list):
+        return None
+    out: list[tuple[float | None, int | None]] = []
+    for row in found:
+        wait, switches = [*row, None, None][:2] if isinstance(row, list) else (None, None)
+        out.append(
+            (
+                float(wait) if isinstance(wait, int | float) else None,
+                int(switches) if isinstance(switches, int) else None,
+            )
+        )
+    return out
+
+
+def mark_disturbed(steps: list[dict[str, Any]], trace: Path) -> None:
+    """Give each recorded step of a timeline (``wall_us``) its ``cpu_wait_us``,
+    ``involuntary_switches`` and ``disturbed`` (``report.html`` marks those)."""
+    found = read_interference(trace) or []
+    for step, (wait, switches) in zip(steps, found, strict=False):
+        step["cpu_wait_us"], step["involuntary_switches"] = wait, switches
+        step["disturbed"] = disturbed(float(step.get("wall_us") or 0.0), wait, switches)
+
+
+def _step_interference(trace: Path, steps: int) -> list[tuple[float | None, int | None]]:
+    """:func:`read_interference`, or ``(None, None)`` a step when the trace says nothing or
+    says it of another number of steps than ``steps``."""
+    found = read_interference(trace)
+    return found if found is not None and len(found) == steps else [(None, None)] * steps
 
 
 def step_samples(
@@ -220,13 +284,19 @@ def write_step_samples(artifacts_dir: Path, trace_dir: Path, top_k: int) -> dict
     keys = stable_op_names(first_seen)
     lines = []
     per_time: dict[str, list[float]] = {m: [] for m in HEADLINE_TIMES}
+    interference = _step_interference(trace, len(steps))
     for index, step in enumerate(steps):
+        wall = round(step.end - step.start, 3)
+        wait, switches = interference[index]
         head: dict[str, Any] = {
             "step": index,
-            "wall_time_us": round(step.end - step.start, 3),
+            "wall_time_us": wall,
             "cpu_time_us": round(step.cpu, 3),
             "device_time_us": round(step.device, 3) if has_device else None,
             "op_calls": step.top_level,
+            "cpu_wait_us": wait,
+            "involuntary_switches": switches,
+            "disturbed": disturbed(wall, wait, switches),
         }
         for metric in HEADLINE_TIMES:
             if head[metric] is not None:

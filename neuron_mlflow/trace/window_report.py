@@ -30,6 +30,7 @@ from neuron_mlflow.errors import TraceFormatError
 from neuron_mlflow.naming import REPORT_FILE, run_tag
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import BUDGET_BYTES, write_report
+from neuron_mlflow.trace.step_samples import mark_disturbed
 from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline, number_steps
 
 logger = logging.getLogger("neuron_mlflow")
@@ -114,6 +115,7 @@ def write_window_report(
             built = build_timeline(trace, max_events=max_events)
             if isinstance(first, int):
                 number_steps(built, first)
+            mark_disturbed(built.steps, trace)  # steps other processes slowed down
             timeline = built.to_dict()
         except (TraceFormatError, OSError, EOFError) as exc:
             logger.info("report.html without a timeline: %s", exc)
