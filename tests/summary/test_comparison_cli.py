@@ -65,8 +65,16 @@ def test_html_and_log_to_write_both_files(runs, tmp_path: Path, capsys) -> None:
     }
     md = Path(client.download_artifacts(runs["parent"], "comparison.md", str(tmp_path)))
     lines = md.read_text().splitlines()
-    assert lines[0] == "| variant | device time (us) | self CPU (us) | op calls | wall time (us) |"
-    assert lines[2].startswith("| naive | n/a |") and lines[3].startswith("| fused | n/a |")
+    assert lines[0].startswith("Result: ") and lines[0].endswith(
+        "(self CPU time, 10th-percentile step)"
+    )
+    header = lines.index(
+        "| variant | device time (us) | self CPU (us) | op calls | wall time (us) "
+        "| self CPU time vs baseline | verdict |"
+    )
+    assert lines[header + 2].startswith("| naive | n/a |")
+    assert lines[header + 2].endswith("| baseline | - |")
+    assert lines[header + 3].startswith("| fused | n/a |")
     assert any(line.startswith("| aten::mul |") for line in lines)
 
 
