@@ -1,7 +1,7 @@
 """The buffered trace pass: exact for files in any order, memory in proportion to the file.
 
 Every operator interval, runtime call and device event is kept (operators in typed arrays,
-24 bytes each); at the end each thread's operators are sorted into start order (ties: the
+32 bytes each); at the end each thread's operators are sorted into start order (ties: the
 longer one first, so a parent comes before a child that starts with it) and its runtime
 calls into time order, and the streaming pass's own machinery
 (:mod:`neuron_mlflow.trace.replay`) places them: one definition of the call tree, the
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from neuron_mlflow.trace.events import add_marker, op_id, other_event
+from neuron_mlflow.trace.events import add_marker, op_id, other_event, runtime_call
 from neuron_mlflow.trace.links import Busy, Links, Spill
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.replay import MARKERS, Thread
@@ -68,15 +68,17 @@ def buffered_pass(stream: TraceStream) -> Totals:
                     totals.step_marker(cat, event.ts, event.dur)
                     continue
                 thread = thread_of(event)
+                if event.name.startswith(MARKERS):  # nothing is replayed before the end
+                    index = add_marker(totals, threads, (event.pid, event.tid), event)
+                else:
+                    index = op_id(totals, event)
+                ext = event.args.external_id if event.args is not None else None
                 thread.starts.append(event.ts)
                 thread.durs.append(event.dur)
-                if event.name.startswith(MARKERS):  # nothing is replayed before the end
-                    thread.names.append(add_marker(totals, threads, (event.pid, event.tid), event))
-                else:
-                    thread.names.append(op_id(totals, event))
+                thread.names.append(index)
+                thread.exts.append(-1 if ext is None else ext)
             elif cat in RUNTIME_CATEGORIES:
-                if event.args is not None and event.args.correlation is not None:
-                    thread_of(event).pending.append((event.ts, event.args.correlation))
+                thread_of(event).pending.append(runtime_call(totals, event))
             elif cat in DEVICE_CATEGORIES:
                 kernel = totals.device_event(cat, event.name, event.dur)
                 busy.add((event.ts, event.ts + event.dur))
@@ -84,11 +86,12 @@ def buffered_pass(stream: TraceStream) -> Totals:
                     links.device(event.args.correlation, kernel, event.dur)
         for thread in threads.values():
             starts, durs = np.array(thread.starts), np.array(thread.durs)
-            names = np.array(thread.names)
+            names, exts = np.array(thread.names), np.array(thread.exts)
             order = np.lexsort((-durs, starts))  # stable: file order breaks exact ties
             thread.starts = array("d", starts[order].tobytes())
             thread.durs = array("d", durs[order].tobytes())
-            thread.names = array("q", names[order].tobytes())
+            thread.names = array("q", names[order].astype(np.int64).tobytes())
+            thread.exts = array("q", exts[order].astype(np.int64).tobytes())
             thread.place_pending(links, final=True)
         links.finish()
     finally:

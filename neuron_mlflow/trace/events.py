@@ -48,6 +48,16 @@ def op_id(totals: Totals, event: Any) -> int:
     return totals.name_id(event.name)
 
 
+def runtime_call(totals: Totals, event: Any) -> tuple[float, float, int, int, int]:
+    """A runtime call as a thread's pending entry: ``(ts, dur, name id, correlation,
+    External id)``, -1 where the trace has no correlation or id."""
+    args, index = event.args, totals.name_id(event.name)
+    if args is None:
+        return (event.ts, event.dur, index, -1, -1)
+    correlation = -1 if args.correlation is None else args.correlation
+    return (event.ts, event.dur, index, correlation, args.operator_id())
+
+
 def other_event(totals: Totals, event: Any) -> None:
     """A non-``X`` event: ``[memory]`` instants feed the peak memory."""
     if event.ph == "i" and event.name == "[memory]":

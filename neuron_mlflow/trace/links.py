@@ -3,20 +3,23 @@
 Shared by both trace passes (:mod:`neuron_mlflow.trace.streaming`,
 :mod:`neuron_mlflow.trace.buffered`).
 
-A launch is stored as one integer *code*: ``2 * op + counted`` for a runtime call inside
-operator ``op`` (``counted``: the operator counts in the marked view), ``-2`` for one made
-directly inside a marked range (no operator: its device time counts in the device total only),
-``-1`` for one outside every operator.
+A launch is stored as one integer *code*: the call path (``Totals.node``, >= 0) of the
+operator that made the runtime call (its self device time; every operator on the path gets
+the time in its device total), ``-2`` for a call made directly inside a marked range (no
+operator: its device time counts in the window's device total only), ``-1`` for one outside
+every operator.
 
 Example:
     >>> from neuron_mlflow.trace.totals import Totals
     >>> totals = Totals()
-    >>> op, kernel = totals.name_id("aten::mul"), totals.name_id("mul_kernel")
+    >>> outer, op = totals.name_id("aten::linear"), totals.name_id("aten::addmm")
+    >>> kernel = totals.name_id("gemm")
+    >>> path = totals.node(totals.node(-1, outer, True), op, True)
     >>> links = Links(totals, Spill())
     >>> links.device(7, kernel, 4.0)  # the device event comes first and waits
-    >>> links.launch(7, 2 * op + 1)
-    >>> totals.self_device[op], totals.m_self_device[op], totals.m_kernel_us
-    (4.0, 4.0, {1: 4.0})
+    >>> links.launch(7, path)
+    >>> totals.self_device[op], totals.device_total[outer], totals.m_kernel_us
+    (4.0, 4.0, {2: 4.0})
 """
 
 from __future__ import annotations
@@ -84,13 +87,19 @@ class Links:
         """Add device events ``(kernel id, duration)`` to the launch with ``code``."""
         totals = self.totals
         if code >= 0:
-            index = code >> 1
-            totals.self_device[index] += sum(dur for _, dur in events)
+            index, total = totals.node_name[code], sum(dur for _, dur in events)
+            totals.self_device[index] += total
             totals.attributed += len(events)
-            if not code & 1:
+            device_total = totals.device_total
+            for op in totals.node_chain[code]:
+                device_total[op] += total
+            if not totals.node_counted[code]:
                 return
-            totals.m_self_device[index] += sum(dur for _, dur in events)
+            totals.m_self_device[index] += total
             totals.m_attributed += len(events)
+            device_total = totals.m_device_total
+            for op in totals.node_m_chain[code]:
+                device_total[op] += total
         elif code != IN_MARKER:
             return
         totals.m_device_events += len(events)
@@ -117,9 +126,13 @@ class Links:
             code = self.previous.get(correlation)
         if code is None:
             self.waiting.setdefault(correlation, []).append((kernel, duration))
-        elif code >= 0 and not code & 1:  # the usual case without marked ranges: inline
-            self.totals.self_device[code >> 1] += duration
-            self.totals.attributed += 1
+        elif code >= 0 and not self.totals.node_counted[code]:  # usual without markers: inline
+            totals = self.totals
+            totals.self_device[totals.node_name[code]] += duration
+            totals.attributed += 1
+            device_total = totals.device_total
+            for op in totals.node_chain[code]:
+                device_total[op] += duration
         else:
             self._attribute(code, ((kernel, duration),))
 

@@ -45,15 +45,31 @@ NO_RAW = msgspec.Raw(b"")
 
 
 class EventArgs(msgspec.Struct):
-    """The ``args`` fields the trace engine reads: the runtime/device link, an operator's
-    inputs (kept as raw JSON text: decoded only for the few distinct shapes) and a memory
-    event's allocator state."""
+    """The ``args`` fields the trace engine reads: the runtime/device link (``correlation``),
+    the operator a runtime call or device event belongs to (``External id`` on operators and
+    on today's runtime calls and device events, ``external id`` on those of PyTorch <= 1.9),
+    an operator's inputs (kept as raw JSON text: decoded only for the few distinct shapes)
+    and a memory event's allocator state."""
 
     correlation: int | None = None
+    external_id: int | None = msgspec.field(name="External id", default=None)
+    legacy_external_id: int | None = msgspec.field(name="external id", default=None)
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=NO_RAW)
     concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=NO_RAW)
     total_allocated: float | None = msgspec.field(name="Total Allocated", default=None)
     device_type: int | None = msgspec.field(name="Device Type", default=None)
+
+    def operator_id(self) -> int:
+        """The ``External id`` of the operator this event belongs to (either spelling), -1
+        when it has none.
+
+        Example:
+            >>> EventArgs(legacy_external_id=7).operator_id(), EventArgs().operator_id()
+            (7, -1)
+        """
+        if self.external_id is not None:
+            return self.external_id
+        return -1 if self.legacy_external_id is None else self.legacy_external_id
 
 
 class TraceEvent(msgspec.Struct):
@@ -97,6 +113,7 @@ def _to_event(value: Any) -> TraceEvent | None:
     args = value.get("args")
     args = args if isinstance(args, dict) else {}
     correlation = args.get("correlation")
+    external, legacy = args.get("External id"), args.get("external id")
     raw = {
         key: msgspec.Raw(msgspec.json.encode(args[key])) if key in args else NO_RAW
         for key in ("Input Dims", "Concrete Inputs")
@@ -113,6 +130,8 @@ def _to_event(value: Any) -> TraceEvent | None:
             dur=float(value.get("dur", 0.0)),
             args=EventArgs(
                 correlation if isinstance(correlation, int) else None,
+                external if isinstance(external, int) else None,
+                legacy if isinstance(legacy, int) else None,
                 raw["Input Dims"],
                 raw["Concrete Inputs"],
                 float(allocated) if isinstance(allocated, int | float) else None,

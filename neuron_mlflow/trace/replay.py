@@ -2,21 +2,28 @@
 
 Used by both trace passes (:mod:`neuron_mlflow.trace.streaming`,
 :mod:`neuron_mlflow.trace.buffered`): the call tree, self and total times, top-level calls,
-what counts inside marked ranges (:mod:`neuron_mlflow.trace.rules`) and which operator each
-runtime call was made in.
+what counts inside marked ranges (:mod:`neuron_mlflow.trace.rules`), the runtime calls as
+rows of their own (torch's ``key_averages()`` rules: a runtime call is a child of the
+operator that made it, so its time leaves that operator's self CPU) and the call path of
+each runtime call's operator, for the device times.
+
+Which operator made a runtime call: the one whose ``External id`` the call carries, when that
+operator is open on the call's thread and holds the call's whole interval (ends included, so
+a zero-length call at an operator's first or last microsecond goes where the id says); else
+the innermost operator open at the call's start (time nesting).
 
 Example:
     >>> from neuron_mlflow.trace.links import Links, Spill
     >>> totals = Totals()
     >>> thread = Thread(totals, Spill(), pid=1)
-    >>> for start, dur, name in [(0.0, 10.0, "outer"), (2.0, 3.0, "inner")]:
-    ...     thread.starts.append(start); thread.durs.append(dur)
-    ...     thread.names.append(totals.name_id(name))
-    >>> thread.pending.append((3.0, 7))  # a runtime call inside "inner"
+    >>> for start, dur, name, ext in [(0.0, 10.0, "outer", 1), (2.0, 3.0, "inner", 2)]:
+    ...     thread.log(start, dur, totals.name_id(name), ext)
+    >>> launch = totals.name_id("cudaLaunchKernel")
+    >>> thread.pending.append((3.0, 1.0, launch, 7, 2))  # a runtime call inside "inner"
     >>> links = Links(totals, Spill())
     >>> thread.place_pending(links, final=True)
-    >>> totals.self_cpu, links.current
-    ([7.0, 3.0], {7: 2})
+    >>> totals.self_cpu, totals.count, totals.node_chain[links.current[7]]
+    ([7.0, 2.0, 1.0], [1.0, 1.0, 1.0], (0, 1))
 """
 
 from __future__ import annotations
@@ -40,14 +47,17 @@ MARKERS = (STEP_MARKER, CALL_MARKER_PREFIX)
 NOT_COUNTED, COUNTED, MARKER = 0, 1, 2  # an open operator's state in the marked view
 
 
+Entry = tuple[float, int, int, int]  # an open operator: (end, name id, state, External id)
+
+
 class Thread:
     """One thread's operator log, replayed in step with its runtime calls.
 
-    Operators are logged as they arrive (start, duration, name id: 24 bytes each) and
-    replayed (call tree, totals, placing runtime calls) only as far as the thread's
-    runtime calls need, or at the end: a runtime call may be written long after the
+    Operators are logged as they arrive (start, duration, name id, External id: 32 bytes
+    each) and replayed (call tree, totals, placing runtime calls) only as far as the
+    thread's runtime calls need, or at the end: a runtime call may be written long after the
     operators around it. The unreplayed log spills to disk in blocks of ``BLOCK_OPS``.
-    The replay stack holds ``(end, name id, state)`` of the open operators.
+    The replay stack holds ``(end, name id, state, External id)`` of the open operators.
     """
 
     __slots__ = (
@@ -55,11 +65,16 @@ class Thread:
         "candidates",
         "check_at",
         "durs",
+        "exts",
+        "folded",
         "head",
+        "held",
         "last_dur",
         "last_start",
+        "links",
         "marked",
         "names",
+        "path",
         "peek",
         "pending",
         "pid",
@@ -79,39 +94,65 @@ class Thread:
         self.marked = bool(totals.marks)  # keep the marked view (set when a marker is read)
         self.last_start = -math.inf
         self.last_dur = 0.0
-        self.pending: list[tuple[float, int]] = []  # (ts, correlation) of runtime calls
+        # runtime calls: (ts, dur, name id, correlation, External id), -1 for "none"
+        self.pending: list[tuple[float, float, int, int, int]] = []
         self.check_at = 2 * LAUNCH_WINDOW  # place the waiting calls when this many wait
-        self.starts, self.durs, self.names = array("d"), array("d"), array("q")  # log tail
+        self.starts, self.durs = array("d"), array("d")  # the log's tail
+        self.names, self.exts = array("q"), array("q")
         self.blocks: deque[tuple[int, int, int]] = deque()  # (offset, length, operators)
-        self.head: Iterator[tuple[float, float, int]] = iter(())
-        self.peek: tuple[float, float, int] | None = None
-        self.stack: list[tuple[float, int, int]] = []  # (end, name id, state), open ops
+        self.head: Iterator[tuple[float, float, int, int]] = iter(())
+        self.peek: tuple[float, float, int, int] | None = None
+        self.stack: list[Entry] = []
         self.placed_until = -math.inf
         self.replayed_to = -math.inf
         # torch's own tables fold an operator's only child of the same name into it
         # (``EventList._remove_dup_nodes``: aten::div_ -> aten::div_); so do we. A first
         # child of the same name waits here, under its parent's entry, until the parent
-        # ends (folded) or has a second child (kept).
-        self.candidates: dict[int, tuple[int, float, int]] = {}
-        self.prev: tuple[float, int, int] | None = None  # the entry replayed last
+        # ends (folded) or has a second child, an operator or a runtime call (kept).
+        self.candidates: dict[int, tuple[int, float, int, Entry]] = {}
+        self.prev: Entry | None = None  # the entry replayed last (None: a call came after it)
+        # call paths of the stack's bottom entries, reused while they stay open
+        self.path: list[tuple[Entry, int]] = []
+        # launches made under a folding candidate wait until it is decided: (correlation,
+        # the stack up to the call's operator); ``folded``: ids of those decided "folded"
+        self.held: list[tuple[int, list[Entry]]] = []
+        self.folded: set[int] = set()
+        self.links: Links | None = None
 
-    def _fold(self, entry: tuple[float, int, int]) -> None:
+    def log(self, start: float, dur: float, index: int, ext: int = -1) -> None:
+        """Log one operator (or marker: negative ``index``) of this thread, in start order."""
+        self.starts.append(start)
+        self.durs.append(dur)
+        self.names.append(index)
+        self.exts.append(ext)
+        if len(self.starts) >= BLOCK_OPS:
+            self.spill_tail()
+
+    def _decided(self, child: Entry, folded: bool) -> None:
+        """A folding candidate is decided: release the launches that waited on it."""
+        if self.held:
+            if folded:
+                self.folded.add(id(child))
+            self._release()
+
+    def _fold(self, entry: Entry) -> None:
         """``entry`` ends: fold its only child of the same name, if it waits."""
         child = self.candidates.pop(id(entry), None)
         if child is not None:
-            index, dur, state = child
+            index, dur, state, child_entry = child
             totals = self.totals
             totals.count[index] -= 1
             totals.total_cpu[index] -= dur
             if state == COUNTED:
                 totals.m_count[index] -= 1
                 totals.m_total_cpu[index] -= dur
+            self._decided(child_entry, True)
 
-    def _child(self, parent: tuple[float, int, int], index: int) -> bool:
+    def _child(self, parent: Entry, index: int) -> bool:
         """A new operator ``index`` under ``parent``: True if it may be folded into it."""
         candidates = self.candidates
         if candidates and id(parent) in candidates:  # a second child: keep the first
-            del candidates[id(parent)]
+            self._decided(candidates.pop(id(parent))[3], False)
             return False
         names = self.totals.names
         return parent is self.prev and parent[1] >= 0 and names[parent[1]] == names[index]
@@ -120,39 +161,44 @@ class Thread:
         """Close the operators still open at the end of the trace."""
         while self.stack:
             self._fold(self.stack.pop())
+        if self.held:  # nothing is undecided any more
+            self._release()
 
     def spill_tail(self) -> None:
         """Move the log's tail to the spill file (called when it reaches ``BLOCK_OPS``)."""
-        data = self.starts.tobytes() + self.durs.tobytes() + self.names.tobytes()
+        data = b"".join(a.tobytes() for a in (self.starts, self.durs, self.names, self.exts))
         self.blocks.append((*self.spill.write(data), len(self.starts)))
-        self.starts, self.durs, self.names = array("d"), array("d"), array("q")
+        self.starts, self.durs = array("d"), array("d")
+        self.names, self.exts = array("q"), array("q")
 
     def _load(self) -> bool:
         """Make the next unreplayed block of the log the replay's head."""
         if self.blocks:
             at, length, n = self.blocks.popleft()
             data = self.spill.read(at, length)
-            starts, durs, names = array("d"), array("d"), array("q")
-            starts.frombytes(data[: 8 * n])
-            durs.frombytes(data[8 * n : 16 * n])
-            names.frombytes(data[16 * n :])
+            starts, durs, names, exts = array("d"), array("d"), array("q"), array("q")
+            columns: tuple[array[Any], ...] = (starts, durs, names, exts)
+            for i, column in enumerate(columns):
+                column.frombytes(data[8 * n * i : 8 * n * (i + 1)])
         elif self.starts:
-            starts, durs, names = self.starts, self.durs, self.names
-            self.starts, self.durs, self.names = array("d"), array("d"), array("q")
+            starts, durs, names, exts = self.starts, self.durs, self.names, self.exts
+            self.starts, self.durs = array("d"), array("d")
+            self.names, self.exts = array("q"), array("q")
         else:
             return False
-        self.head = zip(starts, durs, names)  # noqa: B905 (same length by construction)
+        self.head = zip(starts, durs, names, exts)  # noqa: B905 (same length by construction)
         return True
 
-    def _ops(self) -> Iterator[tuple[float, float, int]]:
+    def _ops(self) -> Iterator[tuple[float, float, int, int]]:
         if self.peek is not None:
             peek, self.peek = self.peek, None
             return itertools.chain((peek,), self.head)
         return self.head
 
-    def replay(self, until: float) -> None:
-        """Replay the logged operators that start at or before ``until``: the whole view,
-        and the marked view (the rules of ``trace.rules``) when the trace has markers."""
+    def replay(self, until: float, before: bool = False) -> None:
+        """Replay the logged operators that start at or before ``until`` (``before``: only
+        those that start before it): the whole view, and the marked view (the rules of
+        ``trace.rules``) when the trace has markers."""
         if until > self.replayed_to:
             self.replayed_to = until
         totals, stack, marks, pid = self.totals, self.stack, self.totals.marks, self.pid
@@ -165,8 +211,8 @@ class Thread:
         ops = self._ops()
         while True:
             for op in ops:
-                start, dur, index = op
-                if start > until:
+                start, dur, index, ext = op
+                if start > until or (before and start == until):
                     self.peek = op
                     break
                 while stack and stack[-1][0] <= start:
@@ -179,7 +225,7 @@ class Thread:
                         totals.m_calls += 1
                     if stack and candidates:
                         self._child(stack[-1], index)  # a second child of its parent
-                    self.prev = (start + dur, index, MARKER)
+                    self.prev = (start + dur, index, MARKER, ext)
                     stack.append(self.prev)
                     continue
                 count[index] += 1
@@ -193,7 +239,7 @@ class Thread:
                 fold = None
                 if stack:
                     entry = stack[-1]
-                    _, parent, state = entry
+                    parent, state = entry[1], entry[2]
                     if parent >= 0:
                         self_cpu[parent] -= dur
                     if (candidates or entry is self.prev) and self._child(entry, index):
@@ -211,9 +257,9 @@ class Thread:
                     m_count[index] += 1
                     m_total[index] += dur
                     m_self[index] += dur
+                self.prev = (end, index, state, ext)
                 if fold is not None:
-                    candidates[id(fold)] = (index, dur, state)
-                self.prev = (end, index, state)
+                    candidates[id(fold)] = (index, dur, state, self.prev)
                 stack.append(self.prev)
             else:
                 if self._load():
@@ -224,30 +270,120 @@ class Thread:
         totals.m_top_level += m_top
         totals.span_start, totals.span_end = span_start, span_end
 
+    def _pop_ended(self, ts: float) -> None:
+        """Close the open operators that ended before ``ts``."""
+        stack, candidates = self.stack, self.candidates
+        while stack and stack[-1][0] < ts:
+            popped = stack.pop()
+            if candidates:
+                self._fold(popped)
+
+    def _find(self, ext: int, end: float) -> int:
+        """The stack position of the open operator with External id ``ext`` that lasts
+        until ``end`` or later; -1 if none."""
+        stack = self.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][3] == ext:
+                return i if end <= stack[i][0] else -1
+        return -1
+
+    def _path(self, entries: list[Entry], cache: bool) -> int:
+        """The call path (``Totals.node``) of the last operator of ``entries`` (a stack's
+        bottom part; markers are transparent)."""
+        path, node, i = self.path, -1, 0
+        if cache:  # reuse the paths of the entries still open since the last call
+            n = min(len(path), len(entries))
+            while i < n and path[i][0] is entries[i]:
+                i += 1
+            del path[i:]
+            node = path[i - 1][1] if i else -1
+        node_of, folded = self.totals.node, self.folded
+        for entry in entries[i:]:
+            if entry[1] >= 0:
+                node = node_of(node, entry[1], entry[2] == COUNTED, id(entry) in folded)
+            if cache:
+                path.append((entry, node))
+        return node
+
+    def _release(self) -> None:
+        """Register the held launches whose folding candidates are all decided."""
+        waiting = {id(c[3]) for c in self.candidates.values()}
+        held, self.held = self.held, []
+        assert self.links is not None
+        for correlation, entries in held:
+            if waiting and any(id(e) in waiting for e in entries):
+                self.held.append((correlation, entries))
+            else:
+                self.links.launch(correlation, self._path(entries, cache=False))
+        if not self.held:
+            self.folded.clear()
+
+    def _call(self, at: int, dur: float, index: int, correlation: int, links: Links) -> None:
+        """A runtime call ``index`` made by the operator at stack position ``at``: a row of
+        its own (one call, its time), out of that operator's self time; its device events
+        go to that operator's call path."""
+        stack = self.stack
+        entry = stack[at]
+        parent, state = entry[1], entry[2]
+        if parent < 0:  # made directly inside a marked range: not a row, its device time counts
+            if correlation >= 0:
+                links.launch(correlation, IN_MARKER)
+            return
+        candidates = self.candidates
+        if candidates and id(entry) in candidates:  # a second child: keep the first
+            self._decided(candidates.pop(id(entry))[3], False)
+        if entry is self.prev:  # its first child: a same-name operator after it is not folded
+            self.prev = None
+        totals = self.totals
+        totals.count[index] += 1
+        totals.self_cpu[index] += dur
+        totals.total_cpu[index] += dur
+        totals.self_cpu[parent] -= dur
+        if state == COUNTED:
+            totals.m_count[index] += 1
+            totals.m_self_cpu[index] += dur
+            totals.m_total_cpu[index] += dur
+            totals.m_self_cpu[parent] -= dur
+        if correlation < 0:
+            return
+        entries = stack[: at + 1]
+        if candidates:
+            waiting = {id(c[3]) for c in candidates.values()}
+            if any(id(e) in waiting for e in entries):
+                self.held.append((correlation, entries))
+                return
+        links.launch(correlation, self._path(entries, cache=True))
+
     def place_pending(self, links: Links, final: bool = False) -> None:
         """Place the waiting runtime calls that all later operators start after.
 
         Unless ``final``, the latest ``LAUNCH_WINDOW`` calls keep waiting, so calls written
         slightly out of time order are still placed in order.
         """
+        self.links = links
         pending = sorted(self.pending)
         ready = len(pending)
         if not final:  # operators that start before a waiting call may still come
             ready = min(ready - LAUNCH_WINDOW, bisect.bisect_left(pending, (self.last_start,)))
         if ready > 0 and pending[0][0] < self.placed_until:
             raise OutOfOrder("runtime calls of a thread out of time order beyond the window")
-        stack, candidates, launch = self.stack, self.candidates, links.launch
-        for ts, correlation in pending[:ready]:
-            self.replay(ts)
-            while stack and stack[-1][0] < ts:  # ended before the call
-                popped = stack.pop()
-                if candidates:
-                    self._fold(popped)
-            if stack:
-                _, index, state = stack[-1]
-                launch(correlation, IN_MARKER if state == MARKER else 2 * index + state)
-            else:
-                launch(correlation, -1)
+        stack = self.stack
+        for ts, dur, index, correlation, ext in pending[:ready]:
+            at = -1
+            if ext >= 0:  # the operator the call names, even where its ends tie with others'
+                self.replay(ts, before=True)
+                self._pop_ended(ts)
+                at = self._find(ext, ts + dur)
+            if at < 0:  # else the innermost operator open at the call's start
+                self.replay(ts)
+                self._pop_ended(ts)
+                at = self._find(ext, ts + dur) if ext >= 0 else -1
+                if at < 0:
+                    at = len(stack) - 1
+            if at >= 0:
+                self._call(at, dur, index, correlation, links)
+            elif correlation >= 0:
+                links.launch(correlation, -1)
         if ready > 0:
             self.placed_until = pending[ready - 1][0]
         self.pending = pending[ready:]

@@ -3,9 +3,10 @@
 - Operators: a stack of open operators per thread gives calls, self and total CPU time and
   top-level calls as each operator arrives. Each thread's operators must come in start order
   (torch and Kineto write them so).
-- Runtime calls -> operators: each thread's operators are also logged (start, end, name id:
-  24 bytes) and replayed in step with that thread's runtime calls, which are placed in time
-  order in batches. The unreplayed part of the log spills to a temporary file in blocks, so
+- Runtime calls -> operators: each thread's operators are also logged (start, end, name id,
+  External id: 32 bytes) and replayed in step with that thread's runtime calls, which are
+  placed in time order in batches (each a row of its own, out of its operator's self
+  time). The unreplayed part of the log spills to a temporary file in blocks, so
   a file that writes every CPU operator before any runtime call (Kineto's usual layout)
   needs no more memory than one that interleaves them.
 - Runtime calls <-> device events: joined by correlation id; whichever comes first waits
@@ -43,7 +44,7 @@ from typing import Any
 from neuron_mlflow.errors import OutOfOrder
 from neuron_mlflow.trace import links as _links
 from neuron_mlflow.trace import replay as _replay
-from neuron_mlflow.trace.events import add_marker, op_id, other_event
+from neuron_mlflow.trace.events import add_marker, op_id, other_event, runtime_call
 from neuron_mlflow.trace.links import Busy, Links, Spill
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.replay import MARKERS, Thread
@@ -110,17 +111,16 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     thread.starts.append(start)
                     thread.durs.append(dur)
                     thread.names.append(index)
+                    ext = args.external_id if args is not None else None
+                    thread.exts.append(-1 if ext is None else ext)
                     if len(thread.starts) >= _replay.BLOCK_OPS:
                         thread.spill_tail()
-                elif cat in RUNTIME_CATEGORIES:
-                    args = event.args
-                    if args is None or args.correlation is None:
-                        continue
+                elif cat in RUNTIME_CATEGORIES:  # a row of its own, inside its operator
                     key = (event.pid, event.tid)
                     thread = threads.get(key)
                     if thread is None:
                         thread = threads[key] = Thread(totals, spill, event.pid)
-                    thread.pending.append((event.ts, args.correlation))
+                    thread.pending.append(runtime_call(totals, event))
                     if len(thread.pending) >= thread.check_at:
                         thread.place_pending(links)
                 elif cat in DEVICE_CATEGORIES:

@@ -119,13 +119,14 @@ def _merged_ops(totals: Totals, view: View) -> list[RawOp]:
         if not calls and not view.self_cpu[i] and not view.self_device[i]:
             continue  # a kernel, or nothing counted (an input signature folded away keeps its
             # self time: torch's tables fold an only child of the same name into its parent)
-        row = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0])
+        row = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
         row[0] += calls
         row[1] += view.self_cpu[i]
         row[2] += view.total_cpu[i]
         row[3] += view.self_device[i]
+        row[4] += view.device_total[i]
         if i in totals.flops:
-            row[4] += calls * totals.flops[i]
+            row[5] += calls * totals.flops[i]
             flopped.add(name)
         if i in totals.shapes:
             shapes.setdefault(name, []).append((-calls, totals.shapes[i]))
@@ -136,9 +137,9 @@ def _merged_ops(totals: Totals, view: View) -> list[RawOp]:
             float(r[1]),
             float(r[2]),
             float(r[3]),
-            float(r[3]),
+            float(r[4]),
             input_shapes=_shapes_cell(shapes[name]) if name in shapes else None,
-            flops=r[4] if name in flopped else None,
+            flops=r[5] if name in flopped else None,
         )
         for name, r in rows.items()
     ]

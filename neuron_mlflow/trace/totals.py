@@ -29,9 +29,18 @@ DEVICE_CATEGORIES = {
     "cuda_profiler_range": "CUDA",
     "mtia_ccp_events": "MTIA",
     "privateuse1_driver": "NEURON",
+    "Kernel": "CUDA",  # PyTorch <= 1.9
+    "Memcpy": "CUDA",
+    "Memset": "CUDA",
 }
-RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver", "mtia_runtime", "privateuse1_runtime"}
-OP_CATEGORIES = {"cpu_op", "user_annotation"}
+RUNTIME_CATEGORIES = {
+    "cuda_runtime",
+    "cuda_driver",
+    "mtia_runtime",
+    "privateuse1_runtime",
+    "Runtime",  # PyTorch <= 1.9
+}
+OP_CATEGORIES = {"cpu_op", "user_annotation", "Operator"}  # Operator: PyTorch <= 1.9
 STEP_MARKER = STEP_MARKER_PREFIX
 MEMORY_DEVICES = {0: "cpu", 1: "cuda", 19: "mtia", 20: "neuron"}
 """c10 ``DeviceType`` numbers of ``[memory]`` events, as metric names (ROCm reports cuda)."""
@@ -45,6 +54,7 @@ class View:
     self_cpu: list[float]
     total_cpu: list[float]
     self_device: list[float]
+    device_total: list[float]
     kernel_us: dict[int, float]
     top_level: int
     device_events: int
@@ -60,6 +70,12 @@ class Totals:
 
     Fields without a prefix are the *all* view; ``m_`` fields the *marked* view. Marker ids
     are negative (``-2 - i`` for ``marker_names[i]``), so the passes tell them apart cheaply.
+    Runtime calls (``cudaLaunchKernel``...) have name ids like operators: they are rows.
+
+    Device time is attributed to *call paths* (``node``): an operator with the path of
+    operators around it, interned, so their number grows with the program's distinct call
+    paths, not with the file. A device event adds its time to its path's operator (self
+    device) and to every operator on the path (device total, inclusive as torch's).
 
     Example:
         >>> totals = Totals()
@@ -77,6 +93,7 @@ class Totals:
     self_cpu: list[float] = field(default_factory=list)
     total_cpu: list[float] = field(default_factory=list)
     self_device: list[float] = field(default_factory=list)
+    device_total: list[float] = field(default_factory=list)
     kernel_us: dict[int, float] = field(default_factory=dict)
     top_level: int = 0
     steps: int = 0
@@ -94,6 +111,7 @@ class Totals:
     m_self_cpu: list[float] = field(default_factory=list)
     m_total_cpu: list[float] = field(default_factory=list)
     m_self_device: list[float] = field(default_factory=list)
+    m_device_total: list[float] = field(default_factory=list)
     m_kernel_us: dict[int, float] = field(default_factory=dict)
     m_top_level: int = 0
     m_device_events: int = 0
@@ -105,6 +123,11 @@ class Totals:
     flops: dict[int, int] = field(default_factory=dict)
     memory: dict[Any, tuple[array[Any], array[Any], array[Any]]] = field(default_factory=dict)
     step_ranges: list[tuple[float, float]] = field(default_factory=list)
+    node_ids: dict[tuple[int, int, bool, bool], int] = field(default_factory=dict)
+    node_name: list[int] = field(default_factory=list)
+    node_counted: list[bool] = field(default_factory=list)
+    node_chain: list[tuple[int, ...]] = field(default_factory=list)
+    node_m_chain: list[tuple[int, ...]] = field(default_factory=list)
 
     def add_name(self, name: str) -> int:
         """Give ``name`` the next id, with zeroed totals (the caller checked ``ids``)."""
@@ -114,11 +137,46 @@ class Totals:
     def _new_id(self, name: str) -> int:
         index = len(self.names)
         self.names.append(name)
-        for column in (self.count, self.self_cpu, self.total_cpu, self.self_device):
-            column.append(0.0)
-        for column in (self.m_count, self.m_self_cpu, self.m_total_cpu, self.m_self_device):
+        for column in (
+            self.count,
+            self.self_cpu,
+            self.total_cpu,
+            self.self_device,
+            self.device_total,
+            self.m_count,
+            self.m_self_cpu,
+            self.m_total_cpu,
+            self.m_self_device,
+            self.m_device_total,
+        ):
             column.append(0.0)
         return index
+
+    def node(self, parent: int, index: int, counted: bool, folded: bool = False) -> int:
+        """The call path of operator ``index`` under path ``parent`` (-1: none), interned.
+
+        ``counted``: the operator counts in the marked view; ``folded``: it is an only child
+        of the same name, folded into its parent (its time counts once, as the parent's).
+
+        Example:
+            >>> totals = Totals()
+            >>> a, b = totals.name_id("aten::linear"), totals.name_id("aten::addmm")
+            >>> outer = totals.node(-1, a, True)
+            >>> inner = totals.node(outer, b, True)
+            >>> totals.node_chain[inner], totals.node_name[inner], totals.node(-1, a, True)
+            ((0, 1), 1, 0)
+        """
+        key = (parent, index, counted, folded)
+        node = self.node_ids.get(key)
+        if node is None:
+            node = self.node_ids[key] = len(self.node_name)
+            chain = self.node_chain[parent] if parent >= 0 else ()
+            m_chain = self.node_m_chain[parent] if parent >= 0 else ()
+            self.node_name.append(index)
+            self.node_counted.append(counted)
+            self.node_chain.append(chain if folded else (*chain, index))
+            self.node_m_chain.append(m_chain if folded or not counted else (*m_chain, index))
+        return node
 
     def name_id(self, name: str) -> int:
         """The id of ``name``, added on first sight."""
@@ -151,8 +209,8 @@ class Totals:
         return index
 
     def step_marker(self, cat: str, ts: float, dur: float) -> None:
-        """A ``ProfilerStep#N`` event: a profiled step when the profiler annotated it."""
-        if cat == "user_annotation":
+        """A ``ProfilerStep#N`` event (in any operator category): one profiled step."""
+        if cat in OP_CATEGORIES:
             self.steps += 1
             self.step_us += dur
             self.step_ranges.append((ts, dur))
@@ -198,6 +256,7 @@ class Totals:
                 self.m_self_cpu,
                 self.m_total_cpu,
                 self.m_self_device,
+                self.m_device_total,
                 self.m_kernel_us,
                 self.m_top_level,
                 self.m_device_events,
@@ -214,6 +273,7 @@ class Totals:
             self.self_cpu,
             self.total_cpu,
             self.self_device,
+            self.device_total,
             self.kernel_us,
             self.top_level,
             self.device_events,

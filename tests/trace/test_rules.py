@@ -126,13 +126,14 @@ def wrap_with_markers(path: Path, out: Path, name: str, every: int = 2) -> tuple
     spans: dict[tuple, list[tuple[float, float]]] = {}
     for e in counted:
         spans.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e.get("dur", 0)))
-    launched = {
-        e["args"]["correlation"]
+    calls_made = [
+        e
         for e in events
         if e.get("cat") in RUNTIME
-        and "correlation" in (e.get("args") or {})
         and any(a <= e["ts"] <= b for a, b in spans.get((e["pid"], e["tid"]), []))
-    }
+    ]
+    calls += Counter(e["name"] for e in calls_made)  # runtime calls are rows of their own
+    launched = {e["args"]["correlation"] for e in calls_made if "correlation" in e["args"]}
     device_us = sum(
         e.get("dur", 0)
         for e in events
@@ -237,8 +238,14 @@ def test_a_decorated_function_counts_only_what_runs_inside_its_calls(tmp_path, m
     s = result.summary
     assert s.steps == 2 and result.marked
     ops = {op.name: op for op in s.ops}
-    assert set(ops) == {"aten::mul", "autograd::engine::evaluate_function: MulBackward0"}
+    assert set(ops) == {
+        "aten::mul",
+        "autograd::engine::evaluate_function: MulBackward0",
+        "cudaLaunchKernel",  # a runtime call is a row (the one between calls is left out)
+    }
     assert ops["aten::mul"].calls == 2  # one on the training thread, one on autograd's
+    assert ops["cudaLaunchKernel"].calls == 2 and ops["cudaLaunchKernel"].self_cpu_us == 3.0
+    assert ops["aten::mul"].self_cpu_us == pytest.approx(12.0)  # (10 - 2) + (5 - 1)
     assert s.op_calls == 2  # per step: the call's aten::mul and the autograd tree's root
     assert ops["aten::mul"].self_device_us == pytest.approx(8.0)  # 5 + 3, each kernel once
     assert s.device_time_us == pytest.approx(8.0) and result.kernels == {"mul_kernel": 16.0}
