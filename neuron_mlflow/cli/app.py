@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from dataclasses import replace
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.cli.parser import build_parser
@@ -38,22 +40,87 @@ EXIT_USAGE = 2
 EXIT_INSUFFICIENT = 3  # compare --fail-above could not decide (summary.comparison)
 
 
-def _summarize(args: argparse.Namespace) -> int:
-    from pathlib import Path
+TRACE_SHAPE = "a Chrome/Kineto trace is JSON text (.json, or gzip-compressed .json.gz)"
 
+
+def _not_a_trace(path: Path) -> str | None:
+    """Why ``path`` cannot be a trace file, from its first bytes; None when it may be one
+    (a truncated or malformed trace is the reader's to say, with its byte offset)."""
+    from neuron_mlflow.trace.reader import open_trace
+
+    if path.is_dir():
+        return (
+            f"{path} is a directory, not a trace file; give one .json or .json.gz file "
+            "(`neuron-mlflow ingest DIR` reads a folder of traces)"
+        )
+    if not path.exists():
+        return f"no such file: {path}"
+    if not path.is_file():
+        return f"{path} is not a regular file; give a .json or .json.gz trace file"
+    with path.open("rb") as raw:
+        head = raw.read(4096)
+    gzipped = head[:2] == b"\x1f\x8b"
+    if gzipped and path.suffix != ".gz":
+        return f"{path} is gzip-compressed but not named .gz: name it .json.gz"
+    if not gzipped and path.suffix == ".gz":
+        if head.lstrip()[:1] in (b"{", b"["):
+            return f"{path} is named .gz but holds plain JSON text: name it .json"
+        return f"{path} is not a trace: named .gz but not gzip data; {TRACE_SHAPE}"
+    try:
+        with open_trace(path) as handle:
+            start = handle.read(4096).lstrip()
+    except EOFError:  # a gzip stream cut short: the reader names the offset
+        return None
+    except (OSError, UnicodeDecodeError, zlib.error) as exc:
+        what = "damaged gzip data" if gzipped else "its bytes are not text"
+        return f"{path} is not a trace: {what} ({type(exc).__name__}); {TRACE_SHAPE}"
+    if not start:
+        return f"{path} is not a trace: the file is empty; {TRACE_SHAPE}"
+    if start[0] not in "{[":
+        return (
+            f"{path} is not a trace: it starts with {start[:12]!r}, not a JSON object or "
+            f"array; {TRACE_SHAPE}"
+        )
+    return None
+
+
+def _nothing_to_summarize(path: Path) -> str:
+    """The message for a trace that holds no operator and no device event."""
+    from neuron_mlflow.trace.reader import TraceStream
+
+    events = sum(1 for _ in TraceStream(path, typed=True))
+    if events == 0:
+        return (
+            f"{path} holds no trace events (its traceEvents is empty or missing): nothing to "
+            "summarize"
+        )
+    return (
+        f"{path} holds {events} trace event{'s' if events != 1 else ''} but no operator or "
+        "device event: nothing to "
+        "summarize (was the profiler's window empty?)"
+    )
+
+
+def _summarize(args: argparse.Namespace) -> int:
     from neuron_mlflow.summary.names import display_names
     from neuron_mlflow.summary.tables import render_markdown
     from neuron_mlflow.trace.reader import TraceFormatError
     from neuron_mlflow.trace.summarize import summarize_trace
 
     path = Path(args.path)
-    if not path.is_file():
-        print(f"neuron-mlflow summarize: no such file: {path}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        result = summarize_trace(path)
-    except TraceFormatError as exc:
-        print(f"neuron-mlflow summarize: {exc}", file=sys.stderr)
+    problem = _not_a_trace(path) if args.top >= 1 else f"--top {args.top}: give N >= 1"
+    if problem is None:
+        try:
+            result = summarize_trace(path)
+        except TraceFormatError as exc:
+            problem = str(exc)
+        except zlib.error as exc:  # gzip data damaged past the first bytes
+            problem = f"{path}: damaged gzip data ({exc}); the file is not a readable trace"
+        else:
+            if not result.summary.ops and not result.device_events:
+                problem = _nothing_to_summarize(path)
+    if problem is not None:
+        print(f"neuron-mlflow summarize: {problem}", file=sys.stderr)
         return EXIT_USAGE
     summary = result.summary
     shown = replace(summary, ops=summary.ops[: args.top])
@@ -78,8 +145,6 @@ def _summarize(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from neuron_mlflow.config import ProfilerConfig
     from neuron_mlflow.engine.ingest import IngestError, ingest
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
@@ -107,8 +172,6 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from mlflow import MlflowClient
 
     from neuron_mlflow.sinks.download import DownloadError, print_download
@@ -123,53 +186,191 @@ def _download(args: argparse.Namespace) -> int:
     return EXIT_OK if code == 0 else EXIT_FAILURE
 
 
-def _pick_recent(client: object, experiment: str, last: int) -> list[Any]:
-    """The ``last`` most recent runs of ``experiment`` that have profile metrics, oldest first."""
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run: its parent's run id
+
+
+@dataclass
+class _Unit:
+    """One profiled run to compare: a job's variant (``variant``: the nested run's name) or a
+    plain run (``variant`` None); ``job`` is the top-level run it belongs to, when known."""
+
+    run_id: str
+    variant: str | None = None
+    run: Any = None
+    job: Any = None
+
+
+def _search(client: Any, experiment_id: str, filter_string: str = "") -> Iterator[Any]:
+    """Every active run of the experiment matching ``filter_string``, newest first (paged)."""
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment_id],
+            filter_string,
+            order_by=["attributes.start_time DESC"],
+            max_results=1000,
+            page_token=token,
+        )
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _variants(client: Any, parent: Any) -> list[_Unit]:
+    """The nested runs of ``parent`` that have profile metrics, oldest first: its variants."""
+    from neuron_mlflow.sinks.profiles import profile_prefixes
+
+    found = _search(
+        client, parent.info.experiment_id, f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'"
+    )
+    children = sorted(
+        (r for r in found if profile_prefixes(r.data.metrics)),
+        key=lambda r: (r.info.start_time or 0, r.info.run_name or ""),
+    )
+    return [
+        _Unit(r.info.run_id, r.info.run_name or r.info.run_id, run=r, job=parent) for r in children
+    ]
+
+
+def _pick_jobs(client: Any, experiment: str, last: int) -> list[list[_Unit]]:
+    """The ``last`` most recent jobs of ``experiment``, oldest first, each as its units: a
+    top-level run with profiled nested runs is one job (its variants); a top-level run with
+    profile metrics and no such nested run is a job of its own. Nested runs are not jobs."""
     from neuron_mlflow.errors import CompareError
     from neuron_mlflow.sinks.profiles import profile_prefixes
 
-    found = client.get_experiment_by_name(experiment)  # type: ignore[attr-defined]
+    found = client.get_experiment_by_name(experiment)
     if found is None:
         raise CompareError(f"experiment {experiment!r} was not found")
-    runs = client.search_runs(  # type: ignore[attr-defined]
-        [found.experiment_id], order_by=["attributes.start_time DESC"], max_results=500
-    )
-    profiled = [r for r in runs if profile_prefixes(r.data.metrics)][:last]
-    if not profiled:
+    jobs: list[list[_Unit]] = []
+    for run in _search(client, found.experiment_id):
+        if len(jobs) == last:
+            break
+        if PARENT_TAG in run.data.tags:
+            continue
+        variants = _variants(client, run)
+        if variants:
+            jobs.append(variants)
+        elif profile_prefixes(run.data.metrics):
+            jobs.append([_Unit(run.info.run_id, run=run, job=run)])
+    if not jobs:
         raise CompareError(f"experiment {experiment!r} has no runs with profile metrics")
-    return list(reversed(profiled))
+    return list(reversed(jobs))
+
+
+def _expand(client: Any, run_ids: Sequence[str]) -> list[_Unit]:
+    """The runs given by hand, a job's parent run replaced by its variants."""
+    from mlflow.exceptions import MlflowException
+
+    units: list[_Unit] = []
+    for run_id in run_ids:
+        try:
+            run = client.get_run(run_id)
+        except MlflowException:  # unknown: load_profile says so
+            units.append(_Unit(run_id))
+            continue
+        units += _variants(client, run) or [_Unit(run_id, run=run, job=run)]
+    return units
+
+
+def _group(units: Sequence[_Unit]) -> list[tuple[str | None, list[str]]]:
+    """Sides in first-seen order: a variant's runs pooled under its name; a plain run alone."""
+    sides: list[tuple[str | None, list[str]]] = []
+    where: dict[str, int] = {}
+    for unit in units:
+        if unit.variant is None:
+            sides.append((None, [unit.run_id]))
+        elif unit.variant in where:
+            ids = sides[where[unit.variant]][1]
+            if unit.run_id not in ids:
+                ids.append(unit.run_id)
+        else:
+            where[unit.variant] = len(sides)
+            sides.append((unit.variant, [unit.run_id]))
+    return sides
+
+
+def _split(units: Sequence[_Unit], key: str) -> list[tuple[str | None, list[str]]]:
+    """``--split-by KEY``: the runs grouped by KEY's value (the run's tag or param, else its
+    job's), a job's variants apart; the oldest job's group first."""
+    from neuron_mlflow.errors import CompareError
+
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for unit in units:
+        value = None
+        for run in (unit.run, unit.job):
+            if run is not None and value is None:
+                value = run.data.tags.get(key, run.data.params.get(key))
+        if value is None:
+            raise CompareError(f"run {unit.run_id!r} has no tag or param {key!r}")
+        groups.setdefault((value, unit.variant), []).append(unit.run_id)
+    if len({value for value, _ in groups}) < 2:
+        raise CompareError(f"--split-by {key}: the runs share one value")
+    return [
+        (f"{key}={value}"[:60] + (f" {variant}" if variant else ""), ids)
+        for (value, variant), ids in groups.items()
+    ]
 
 
 def _sides(args: argparse.Namespace, client: Any) -> list[tuple[str | None, list[str]]]:
     """The sides to compare, baseline first: (label for a group, run ids)."""
     from neuron_mlflow.errors import CompareError
 
-    run_ids = list(args.run_ids)
+    units = _expand(client, args.run_ids)
     if args.experiment is not None:
-        picked = _pick_recent(client, args.experiment, args.last)
+        picked = [u for job in _pick_jobs(client, args.experiment, args.last) for u in job]
         if args.split_by:
-            groups: dict[str, list[str]] = {}
-            for run in picked:
-                value = run.data.tags.get(args.split_by, run.data.params.get(args.split_by))
-                if value is None:
-                    raise CompareError(
-                        f"run {run.info.run_id!r} has no tag or param {args.split_by!r}"
-                    )
-                groups.setdefault(value, []).append(run.info.run_id)
-            if len(groups) < 2:
-                raise CompareError(f"--split-by {args.split_by}: the runs share one value")
-            return [(f"{args.split_by}={value}"[:60], ids) for value, ids in groups.items()]
-        run_ids += [r.info.run_id for r in picked if r.info.run_id not in run_ids]
-    if args.baseline:
-        candidates = [r for r in run_ids if r not in args.baseline] or run_ids
-        if not candidates:
-            raise CompareError("give the candidate run(s) besides --baseline")
-        label = "baseline" if len(args.baseline) > 1 else None
-        return [
-            (label, list(args.baseline)),
-            ("candidate" if len(candidates) > 1 else None, candidates),
-        ]
-    return [(None, [r]) for r in run_ids]
+            return _split(picked, args.split_by)
+        given = {u.run_id for u in units}
+        units += [u for u in picked if u.run_id not in given]
+    if not args.baseline:
+        return _group(units)
+    base = _expand(client, args.baseline)
+    first = base[0].variant
+    if first is not None:  # a job's parent (or a variant's run): its first variant
+        rest = [u for u in base if u.variant != first]
+        base = [u for u in base if u.variant == first]
+        if not units:  # no RUN_ID: the baseline job's other variants are the candidates
+            units = rest
+    taken = {u.run_id for u in base}
+    candidates = [u for u in units if u.run_id not in taken] or units
+    if not candidates:
+        raise CompareError("give the candidate run(s) besides --baseline")
+    ids = [u.run_id for u in base]
+    label = first if first is not None else ("baseline" if len(ids) > 1 else None)
+    plain = [u.run_id for u in candidates if u.variant is None]
+    sides: list[tuple[str | None, list[str]]] = [(label, ids)]
+    if plain:
+        sides.append(("candidate" if len(plain) > 1 else None, plain))
+    return sides + _group([u for u in candidates if u.variant is not None])
+
+
+def _compared(profiles: Sequence[Any]) -> list[str]:
+    """One line per side: which runs it holds (short ids), the baseline first."""
+    lines = []
+    for number, profile in enumerate(profiles):
+        ids = profile.run_ids or [profile.run_id]
+        runs = "run" if len(ids) == 1 else "runs"
+        mark = " (baseline)" if number == 0 else ""
+        lines.append(f"compared: {profile.name}{mark} = {runs} {', '.join(i[:8] for i in ids)}")
+    return lines
+
+
+def _bad_compare_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with compare's options (the value and what is allowed), or None."""
+    if args.top < 1:
+        return f"--top {args.top}: give N >= 1 (the ops shown)"
+    if args.fail_above is not None and not args.fail_above >= 0:
+        return f"--fail-above {args.fail_above:g}: give PCT >= 0 (a percentage)"
+    if args.last is not None and args.last < 1:
+        return f"--last {args.last}: give K >= 1 (the jobs compared)"
+    if (args.experiment is None) != (args.last is None):
+        given = "--experiment" if args.experiment is not None else "--last"
+        return f"{given} without its partner: --experiment NAME and --last K go together"
+    if args.split_by and args.experiment is None:
+        return f"--split-by {args.split_by}: goes with --experiment NAME --last K"
+    return None
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -189,22 +390,20 @@ def _compare(args: argparse.Namespace) -> int:
         undecided,
     )
 
-    if args.top < 1 or (args.fail_above is not None and args.fail_above < 0):
-        print("neuron-mlflow compare: --top must be >= 1 and --fail-above >= 0", file=sys.stderr)
-        return EXIT_USAGE
-    if (args.experiment is None) != (args.last is None) or (args.last or 1) < 1:
-        print(
-            "neuron-mlflow compare: --experiment NAME and --last K (K >= 1) go together",
-            file=sys.stderr,
-        )
+    bad = _bad_compare_options(args)
+    if bad:
+        print(f"neuron-mlflow compare: {bad}", file=sys.stderr)
         return EXIT_USAGE
     client = MlflowClient()
     try:
         sides = _sides(args, client)
         if len(sides) < 2:
+            found = (
+                f" (found: {', '.join(i[:8] for _, ids in sides for i in ids)})" if sides else ""
+            )
             print(
-                "neuron-mlflow compare: give at least two runs (RUN_ID... or --experiment NAME "
-                "--last K)",
+                "neuron-mlflow compare: give at least two runs or variants to compare (RUN_ID..., "
+                f"a job's parent run, or --experiment NAME --last K){found}",
                 file=sys.stderr,
             )
             return EXIT_USAGE
@@ -229,10 +428,11 @@ def _compare(args: argparse.Namespace) -> int:
         profiles, baseline=profiles[0].run_id, top=args.top, margin_pct=args.fail_above
     )
     render = {"table": render_table, "markdown": render_markdown, "json": render_json}
+    if args.format != "json":  # JSON names them in "runs"
+        for line in _compared(comparison.runs):
+            print(line, file=sys.stderr)
     print(render[args.format](comparison), end="")
     if args.html or args.log_to:
-        from pathlib import Path
-
         from neuron_mlflow.sinks.comparison_files import publish_comparison
 
         html_path = Path(args.html) if args.html else None

@@ -47,10 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Compare profiled MLflow runs: headline metrics (device time, self CPU time, wall "
             "time, op calls, steps) and per-op times, each with the ratio to the baseline, its "
-            "95%% interval (a bootstrap over runs, windows and steps: docs/comparing.md) and a "
-            "verdict (regression, improvement, no change, insufficient data). Without "
-            "--baseline the first run is the baseline and each other run a candidate; with "
-            "--baseline R1 R2 ... the runs given are pooled into one candidate side. Exit "
+            "95% interval (a bootstrap over runs, windows and steps: docs/comparing.md) and a "
+            "verdict (regression, improvement, no change, insufficient data). A job's parent "
+            "run (its variants nested under it, as the RMSNorm main job logs them) stands for "
+            "its variants: each variant (the nested run's name) is one side, the first one "
+            "the baseline. Without --baseline the first run is the baseline and each other "
+            "run a candidate; with --baseline R1 R2 ... the runs given are pooled into one "
+            "baseline side (a parent given: its first variant) and the other runs into one "
+            "candidate side (variants: one side each). --experiment NAME --last K compares "
+            "the K most recent jobs (a parent with its variants is one job, pooled variant by "
+            "variant; a profiled run without nested runs is a job of its own). Which runs "
+            "each side holds is printed on stderr (JSON: 'runs'). Exit "
             "codes: 0 ok, 1 regression (the interval's lower bound above 1 + --fail-above/100), "
             "2 bad usage (unknown runs, no profile metrics), 3 insufficient data for the gate "
             "(unless --allow-insufficient)."
@@ -61,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         nargs="+",
         metavar="RUN_ID",
-        help="the baseline run(s); several are pooled into one side (run-to-run noise counts)",
+        help="the baseline run(s); several are pooled into one side (run-to-run noise counts); "
+        "a job's parent run: its first variant (its other variants are the candidates when no "
+        "RUN_ID is given)",
     )
     compare.add_argument("--prefix", metavar="P", help="metric prefix (default: the run's own)")
     compare.add_argument("--top", type=int, default=20, metavar="N", help="ops shown (20)")
@@ -87,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help=(
             "with --experiment/--last: group the runs by this tag or param (e.g. "
-            "mlflow.source.git.commit); the oldest run's group is the baseline"
+            "mlflow.source.git.commit), a job's variants apart; the oldest job's group is the "
+            "baseline"
         ),
     )
     compare.add_argument(
@@ -95,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--experiment", metavar="NAME", help="pick runs from this experiment")
     compare.add_argument(
-        "--last", type=int, metavar="K", help="with --experiment: the K most recent profiled runs"
+        "--last",
+        type=int,
+        metavar="K",
+        help="with --experiment: the K most recent jobs (a parent run with its nested variant "
+        "runs is one job; a profiled run without nested runs, one job)",
     )
     compare.add_argument(
         "--html", metavar="PATH", help="also write comparison.html (the comparison as a picture)"
