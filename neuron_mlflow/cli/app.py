@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import zlib
 from collections.abc import Iterator, Sequence
@@ -96,8 +97,7 @@ def _nothing_to_summarize(path: Path) -> str:
         )
     return (
         f"{path} holds {events} trace event{'s' if events != 1 else ''} but no operator or "
-        "device event: nothing to "
-        "summarize (was the profiler's window empty?)"
+        "device event (an empty profiler window?): nothing to summarize"
     )
 
 
@@ -374,7 +374,21 @@ def _bad_compare_options(args: argparse.Namespace) -> str | None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from mlflow import MlflowClient
+    import logging
+
+    from mlflow import MlflowClient  # configures MLflow's loggers: quieten them after
+
+    logger = logging.getLogger("mlflow")
+    before = logger.level
+    if "MLFLOW_LOGGING_LEVEL" not in os.environ:  # MLflow's own switch; set it to see INFO
+        logger.setLevel(max(before, logging.WARNING))  # e.g. a new store's "Creating tables"
+    try:
+        return _compare_runs(args, MlflowClient())
+    finally:
+        logger.setLevel(before)
+
+
+def _compare_runs(args: argparse.Namespace, client: Any) -> int:
 
     from neuron_mlflow.errors import CompareError
     from neuron_mlflow.sinks.profiles import load_profile
@@ -394,7 +408,6 @@ def _compare(args: argparse.Namespace) -> int:
     if bad:
         print(f"neuron-mlflow compare: {bad}", file=sys.stderr)
         return EXIT_USAGE
-    client = MlflowClient()
     try:
         sides = _sides(args, client)
         if len(sides) < 2:
