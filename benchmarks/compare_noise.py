@@ -17,7 +17,16 @@ ordered pairs of runs (the gate on the headline time, self CPU time here):
 Run it (about 4 minutes on a 2-core host)::
 
     .venv/bin/python benchmarks/compare_noise.py            # 6 runs a side, the full bar
+    .venv/bin/python benchmarks/compare_noise.py --busy     # with a CPU-bound process beside
     .venv/bin/python benchmarks/compare_noise.py --runs 3   # quicker (what the test runs)
+    .venv/bin/python benchmarks/compare_noise.py --probe --busy  # which signal finds the
+                                                                 # disturbed steps
+
+``--busy`` runs ``python -c "while True: pass"`` beside the whole benchmark (a neighbour that
+holds a core). ``--probe`` measures, per step of the RMSNorm main job's naive variant (256 x
+1024, torch's default threads), what separates the steps that took over 3x the median from
+those within 1.5x of it: the run-queue wait of the process's threads (over 5 % of the step)
+and involuntary context switches (``neuron_mlflow/capture/interference.py``).
 
 Prints one line per group and a JSON summary as the last line.
 """
@@ -156,6 +165,56 @@ def run_benchmark(runs: int, size: int, uri: str, spool: str) -> dict:
     return result
 
 
+@contextlib.contextmanager
+def busy_neighbour(on: bool):  # type: ignore[no-untyped-def]
+    """A CPU-bound process beside the block (``--busy``), stopped after it."""
+    if not on:
+        yield
+        return
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+
+
+def probe(steps: int = 600) -> dict:
+    """Per step: wall time, run-queue wait and involuntary switches (module docstring)."""
+    import torch
+
+    from neuron_mlflow.capture.interference import InterferenceProbe
+
+    x, w = torch.randn(256, 1024), torch.randn(1024)
+
+    def naive() -> torch.Tensor:
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+
+    for _ in range(20):
+        naive()
+    found = InterferenceProbe()
+    found.open()
+    rows = []
+    for _ in range(steps):
+        start = found.sample()
+        began = time.perf_counter_ns()
+        naive()
+        wall = (time.perf_counter_ns() - began) / 1e3
+        wait, switches = found.since(start)
+        rows.append((wall, wait or 0.0, switches))
+    found.close()
+    median = sorted(r[0] for r in rows)[len(rows) // 2]
+    out: dict = {"steps": steps, "median_us": round(median, 1), "threads": torch.get_num_threads()}
+    for name, low, high in (("fast", 0.0, 1.5), ("middle", 1.5, 3.0), ("slow", 3.0, 1e12)):
+        group = [r for r in rows if low * median < r[0] <= high * median]
+        out[name] = {
+            "steps": len(group),
+            "wait_over_5pct": sum(1 for r in group if r[1] >= 0.05 * r[0] and r[1] > 0),
+            "switched": sum(1 for r in group if r[2] > 0),
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=6, help="A runs (6: 30 ordered pairs)")
@@ -164,13 +223,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default="aa", help=argparse.SUPPRESS)
     parser.add_argument("--spool", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tracking-uri", default=None, help="default: a new SQLite store")
+    parser.add_argument("--busy", action="store_true", help="a CPU-bound process beside it")
+    parser.add_argument("--probe", action="store_true", help="what finds disturbed steps")
     args = parser.parse_args(argv)
     if args.worker is not None:
         worker(args.worker, args.experiment, args.size, args.spool)
         return 0
+    if args.probe:
+        with busy_neighbour(args.busy):
+            found = probe()
+        for name in ("fast", "middle", "slow"):
+            group = found[name]
+            print(
+                f"{name}: {group['steps']} steps, run-queue wait >= 5 %: "
+                f"{group['wait_over_5pct']}, involuntary switch: {group['switched']}"
+            )
+        print(json.dumps(found))
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="compare-noise-"))
     uri = args.tracking_uri or f"sqlite:///{tmp / 'mlflow.db'}"
-    result = run_benchmark(args.runs, args.size, uri, str(tmp / "spool"))
+    with busy_neighbour(args.busy):
+        result = run_benchmark(args.runs, args.size, uri, str(tmp / "spool"))
+    result["busy"] = args.busy
     aa, ab, small = result["aa"], result["ab"], result["small"]
     print(
         f"A/A: {aa['regressions']} of {aa['pairs']} pairs flagged ({aa['insufficient']} "

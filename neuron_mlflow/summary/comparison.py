@@ -464,7 +464,11 @@ def decide(c: Comparison) -> Outcome:
     if e.verdict == NO_CHANGE:
         result = f"no winner: {fastest.name} and {runner.name} within {c.margin_pct:g}%"
     elif "disturbed" in e.reason and e.low is None:
-        result = f"no winner: insufficient data ({e.reason})"
+        worst = max((fastest, runner), key=lambda p: p.steps_disturbed / max(p.steps_read, 1))
+        result = (
+            f"no winner: insufficient data ({worst.name}: {worst.steps_disturbed} of "
+            f"{worst.steps_read} steps disturbed)"
+        )
     else:
         result = f"no winner: insufficient data ({fastest.name} vs {runner.name})"
     return Outcome(None, runner.name, None, e, result, detail)
