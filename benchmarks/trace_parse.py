@@ -8,6 +8,13 @@ calls and kernels linked by correlation ids). Reports wall seconds, peak RSS (MB
 
 Needs HTA: ``.venv/bin/pip install holistictraceanalysis`` (a benchmark-only dependency).
 Run:  .venv/bin/python benchmarks/trace_parse.py [--sizes-mb 50,200,500,1000] [--cpu-first-mb 500]
+
+``--before REV --files A,B --repeat N`` compares instead the trace engine at git revision
+``REV`` (exported to a temporary folder) with the working tree's, on the given files (or the
+largest file under ``../shared/traces``), each parse ``N`` times in its own fresh process,
+alternating before and after; no HTA needed:
+
+    .venv/bin/python benchmarks/trace_parse.py --before b6dd293 --repeat 15
 """
 
 from __future__ import annotations
@@ -132,7 +139,9 @@ def generate(path: Path, size_mb: int, cpu_first: bool = False) -> int:
 
 def worker(kind: str, path: str) -> None:
     """Parse once in this process; imports happen before the clock starts."""
-    if kind == "neuron-mlflow":
+    if kind.startswith("neuron-mlflow"):
+        if ":" in kind:  # another revision's package, exported by export_revision
+            sys.path.insert(0, kind.split(":", 1)[1])
         from neuron_mlflow.trace.summarize import summarize_trace
 
         start = time.perf_counter()
@@ -165,6 +174,44 @@ def measure(kind: str, path: Path) -> dict:
     return json.loads(out)
 
 
+def export_revision(rev: str, into: Path) -> Path:
+    """The package as it was at git revision ``rev``, in ``into`` (importable from there)."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "neuron_mlflow"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def before_and_after(rev: str, files: list[Path], repeat: int) -> None:
+    """The trace engine at ``rev`` against the working tree's: the median and the least of
+    ``repeat`` fresh-process parses each (time), the largest peak RSS (memory)."""
+    import statistics
+
+    print(
+        f"| trace | before ({rev}) s, median [min] | after s, median [min] | after / before "
+        "| before peak MB | after peak MB | after / before |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|", flush=True)
+    with tempfile.TemporaryDirectory() as work:
+        old = export_revision(rev, Path(work))
+        for path in files:
+            runs: dict[str, list[dict]] = {"before": [], "after": []}
+            for _ in range(repeat):
+                runs["before"].append(measure(f"neuron-mlflow:{old}", path))
+                runs["after"].append(measure("neuron-mlflow", path))
+            t = {k: [r["seconds"] for r in v] for k, v in runs.items()}
+            m = {k: max(r["peak_mb"] for r in v) for k, v in runs.items()}
+            med = {k: statistics.median(v) for k, v in t.items()}
+            print(
+                f"| {path.name} | {med['before']:.4f} [{min(t['before']):.4f}] "
+                f"| {med['after']:.4f} [{min(t['after']):.4f}] "
+                f"| {med['after'] / med['before']:.2f} | {m['before']:.1f} | {m['after']:.1f} "
+                f"| {m['after'] / m['before']:.2f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes-mb", default="50,200,500,1000")
@@ -173,10 +220,21 @@ def main() -> None:
         default="500",
         help="sizes to generate again with every CPU op first (Kineto's order); '' for none",
     )
+    parser.add_argument("--before", help="git revision: its trace engine against this one's")
+    parser.add_argument("--files", default="", help="with --before: trace files (default: the "
+                        "largest under ../shared/traces)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=15, help="with --before: parses each")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker)
+        return
+    if args.before:
+        files = [Path(f) for f in args.files.split(",") if f]
+        if not files:
+            shared = ROOT.parent / "shared" / "traces"
+            files = [max(shared.glob("*.json.gz"), key=lambda p: p.stat().st_size)]
+        before_and_after(args.before, files, args.repeat)
         return
     print(
         "| trace | neuron-mlflow s | HTA s | speed-up | neuron-mlflow peak MB "

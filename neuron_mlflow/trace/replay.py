@@ -287,20 +287,25 @@ class Thread:
                 return i if end <= stack[i][0] else -1
         return -1
 
-    def _path(self, entries: list[Entry], cache: bool) -> int:
-        """The call path (``Totals.node``) of the last operator of ``entries`` (a stack's
-        bottom part; markers are transparent)."""
+    def _path(self, entries: list[Entry], length: int, cache: bool) -> int:
+        """The call path (``Totals.node``) of ``entries[length - 1]``, an operator, under
+        ``entries[:length - 1]`` (a stack's bottom part; markers are transparent)."""
         path, node, i = self.path, -1, 0
         if cache:  # reuse the paths of the entries still open since the last call
-            n = min(len(path), len(entries))
+            n = min(len(path), length)
             while i < n and path[i][0] is entries[i]:
                 i += 1
             del path[i:]
             node = path[i - 1][1] if i else -1
-        node_of, folded = self.totals.node, self.folded
-        for entry in entries[i:]:
-            if entry[1] >= 0:
-                node = node_of(node, entry[1], entry[2] == COUNTED, id(entry) in folded)
+        totals, folded = self.totals, self.folded
+        node_ids = totals.node_ids
+        for j in range(i, length):
+            entry = entries[j]
+            index = entry[1]
+            if index >= 0:
+                key = (node, index, entry[2] == COUNTED, bool(folded) and id(entry) in folded)
+                known = node_ids.get(key)
+                node = totals.node(*key) if known is None else known
             if cache:
                 path.append((entry, node))
         return node
@@ -314,7 +319,7 @@ class Thread:
             if waiting and any(id(e) in waiting for e in entries):
                 self.held.append((correlation, entries))
             else:
-                self.links.launch(correlation, self._path(entries, cache=False))
+                self.links.launch(correlation, self._path(entries, len(entries), cache=False))
         if not self.held:
             self.folded.clear()
 
@@ -346,13 +351,12 @@ class Thread:
             totals.m_self_cpu[parent] -= dur
         if correlation < 0:
             return
-        entries = stack[: at + 1]
         if candidates:
             waiting = {id(c[3]) for c in candidates.values()}
-            if any(id(e) in waiting for e in entries):
-                self.held.append((correlation, entries))
+            if any(id(e) in waiting for e in stack[: at + 1]):
+                self.held.append((correlation, stack[: at + 1]))
                 return
-        links.launch(correlation, self._path(entries, cache=True))
+        links.launch(correlation, self._path(stack, at + 1, cache=True))
 
     def place_pending(self, links: Links, final: bool = False) -> None:
         """Place the waiting runtime calls that all later operators start after.
@@ -369,17 +373,22 @@ class Thread:
             raise OutOfOrder("runtime calls of a thread out of time order beyond the window")
         stack = self.stack
         for ts, dur, index, correlation, ext in pending[:ready]:
-            at = -1
             if ext >= 0:  # the operator the call names, even where its ends tie with others'
                 self.replay(ts, before=True)
                 self._pop_ended(ts)
                 at = self._find(ext, ts + dur)
-            if at < 0:  # else the innermost operator open at the call's start
+                if at < 0:  # or one that starts with the call
+                    top = stack[-1] if stack else None
+                    self.replay(ts)
+                    self._pop_ended(ts)
+                    if stack and stack[-1] is not top:
+                        at = self._find(ext, ts + dur)
+            else:
                 self.replay(ts)
                 self._pop_ended(ts)
-                at = self._find(ext, ts + dur) if ext >= 0 else -1
-                if at < 0:
-                    at = len(stack) - 1
+                at = -1
+            if at < 0:  # else the innermost operator open at the call's start
+                at = len(stack) - 1
             if at >= 0:
                 self._call(at, dur, index, correlation, links)
             elif correlation >= 0:

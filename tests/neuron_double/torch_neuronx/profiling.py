@@ -111,6 +111,11 @@ def _add_device_events(trace: dict, us_per_op: float) -> None:
         event = ops[i][2]
         correlation += 1
         start = float(event["ts"])
+        # as Kineto writes a runtime call and its device event: the launching operator's
+        # External id on both, the correlation id linking them (a row of its own in torch's
+        # table, so its time leaves the operator's self CPU time)
+        owner = event.get("args", {}).get("External id")
+        link = {"correlation": correlation} | ({} if owner is None else {"External id": owner})
         extra.append(
             {
                 "ph": "X",
@@ -120,10 +125,7 @@ def _add_device_events(trace: dict, us_per_op: float) -> None:
                 "tid": event["tid"],
                 "ts": start + 0.001,
                 "dur": 0.001,
-                "args": {
-                    "correlation": correlation,
-                    "External id": event.get("args", {}).get("External id"),
-                },
+                "args": link,
             }
         )
         device_ts = start if device_ts is None else max(device_ts, start)
@@ -136,7 +138,7 @@ def _add_device_events(trace: dict, us_per_op: float) -> None:
                 "tid": 7,
                 "ts": device_ts,
                 "dur": us_per_op,
-                "args": {"correlation": correlation, "device": 0},
+                "args": {**link, "device": 0},
             }
         )
         device_ts += us_per_op
