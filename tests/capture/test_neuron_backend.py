@@ -215,7 +215,9 @@ def test_trace_attribution_innermost_op_and_unknown_correlation(tmp_path) -> Non
     path.write_text(json.dumps(trace))
     result = summarize_trace(path)
     per_op = {op.name: op.self_device_us for op in result.summary.ops}
-    assert per_op == {"aten::addmm": 70.0, "aten::linear": 5.0}
+    assert per_op == {"aten::addmm": 70.0, "aten::linear": 5.0, "l": 0.0}  # "l": the calls
+    calls = {op.name: (op.calls, op.self_cpu_us) for op in result.summary.ops}
+    assert calls == {"aten::addmm": (1, 19.0), "aten::linear": (1, 29.0), "l": (2, 2.0)}
     assert result.kernels == {"gemm": 70.0, "bias": 5.0, "orphan": 3.0}
     assert result.unattributed_device_events == 1
     assert result.summary.device_label == "NEURON"
