@@ -66,17 +66,20 @@ def test_compare_every_format(rmsnorm_runs, monkeypatch, capsys, fmt) -> None:
         assert "-83.3%" in out  # 6 -> 1 op calls
         assert "[gone]" in out and "[new]" in out
         if fmt == "markdown":
-            assert out.startswith("| metric |")
+            assert "\n| metric |" in out
 
 
 @pytest.mark.slow
-def test_compare_by_experiment_recency(rmsnorm_runs, monkeypatch, capsys) -> None:
+def test_compare_by_experiment_counts_jobs(rmsnorm_runs, monkeypatch, capsys) -> None:
     uri, children, _ = rmsnorm_runs
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # the experiment holds one job (a parent and its three variants): --last 2 finds it alone
     assert main(["compare", "--experiment", "rmsnorm-e2e", "--last", "2", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert len(data["runs"]) == 2
-    assert {r["run_id"] for r in data["runs"]} <= set(children.values())
+    variants = ["naive", "rms_norm", "compiled"]  # in the order the recipe started them
+    assert [r["name"] for r in data["runs"]] == variants
+    assert [r["run_ids"] for r in data["runs"]] == [[children[v]] for v in variants]
+    assert data["baseline"] == children["naive"]
 
 
 @pytest.mark.slow
@@ -193,5 +196,5 @@ def test_compare_entry_point_through_mlflow_run(rmsnorm_runs, tmp_path) -> None:
         uri,
         cwd=tmp_path,
     )
-    assert out.startswith("| metric |")
+    assert "\n| metric |" in out  # a Markdown table, after the result line
     assert "Headline time metric: cpu_time_us" in out
