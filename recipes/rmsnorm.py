@@ -8,12 +8,13 @@ on the same input, configuration and schedule:
 - ``compiled``: the naive function under ``torch.compile(fullgraph=True)`` (the Neuron
   backend for torch.compile on Trainium, the default backend elsewhere).
 
-The parent run is named after what it compared and when (``rmsnorm naive|rms_norm|compiled
-2026-12-04 14:02``) and carries the headline as columns for the runs list: the tag ``result``
-(e.g. ``compiled fastest: 1.31x vs naive (self CPU time, improvement)``), the tag ``fastest``
-and the metric ``speedup``. The parent run gets ``comparison.md`` (the seed's side-by-side
-table, then the changes against the first variant), ``comparison.html`` (the same as a
-picture) and the headline metrics per variant; the table is printed at the end. Run it with::
+The variants are measured in turns (:func:`measure`): ``--repeat`` rounds, each variant one
+window a round, in a shuffled order each round, so whatever else the machine does falls on
+every variant. Then one comparison (``nm.compare_runs``: every undisturbed step of every
+window, the 10th-percentile step) is printed and logged on the parent run, which is named
+after what it compared and when (``rmsnorm naive|rms_norm|compiled 2026-12-04 14:02``): the
+tag ``result`` (``compiled fastest: 1.33x vs naive``, or ``no winner: ...``) and the rest of
+:func:`log_comparison`. Run it with::
 
     python recipes/rmsnorm.py --rows 64 --hidden 256 --variants naive,rms_norm
 """

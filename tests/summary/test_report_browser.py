@@ -154,7 +154,10 @@ def test_comparison_in_the_mlflow_ui(browser, recipe, tmp_path: Path) -> None:
     files = {a.path for a in client.list_artifacts(parent)}
     assert {"comparison.html", "comparison.md"} <= files
     markdown = Path(client.download_artifacts(parent, "comparison.md", tempfile.mkdtemp()))
-    assert markdown.read_text().startswith("| variant | device time (us) | self CPU (us) |")
+    text = markdown.read_text()
+    assert (
+        text.startswith("Result: ") and "\n| variant | device time (us) | self CPU (us) |" in text
+    )
     page, frame, console = _open(browser, recipe, parent, "comparison.html", "nmComparison")
 
     totals = frame.eval_on_selector_all(
