@@ -11,6 +11,8 @@ The hierarchy::
     ├── CompareError (ValueError)        a run cannot be compared: unknown id, no profile
     ├── DownloadError (ValueError)       the run or window to download does not exist
     ├── WindowRequestRefused             a window asked for outside the schedule cannot be taken
+    ├── BadRequest (ValueError)          a capture request cannot be read (it is answered
+    │                                    ``refused: <why>``)
     └── OutOfOrder                       internal: the trace engine's streaming pass hands over
                                          to the exact buffered pass (never reaches users)
 
@@ -129,6 +131,20 @@ class WindowRequestRefused(NeuronMlflowError):
         >>> str(WindowRequestRefused("step 3 is past"))
         'step 3 is past'
     """
+
+
+class BadRequest(NeuronMlflowError, ValueError):
+    """A capture request that cannot be read; ``request_id`` answers it all the same.
+
+    Example:
+        >>> err = BadRequest("steps=0 is below 1", "a1")
+        >>> err.request_id, isinstance(err, ValueError)
+        ('a1', True)
+    """
+
+    def __init__(self, message: str, request_id: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
 
 
 class NeuronMlflowWarning(UserWarning):

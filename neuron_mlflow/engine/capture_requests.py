@@ -52,7 +52,7 @@ from typing import Any
 
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.slow_steps import SlowStepDetector
-from neuron_mlflow.errors import WindowRequestRefused
+from neuron_mlflow.errors import BadRequest, WindowRequestRefused
 from neuron_mlflow.naming import (
     CAPTURE_FILE,
     CAPTURE_REQUEST_TAG,
@@ -84,14 +84,6 @@ class CaptureRequest:
     warmup: int | None = None
     at_step: int | None = None
     source: str = "tag"
-
-
-class BadRequest(ValueError):
-    """A request that cannot be read; ``request_id`` answers it all the same."""
-
-    def __init__(self, message: str, request_id: str) -> None:
-        super().__init__(message)
-        self.request_id = request_id
 
 
 def derived_id(source: str, text: str) -> str:
