@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         DataLoader(data, batch_size=args.batch_size, shuffle=True),
         DataLoader(data, batch_size=args.batch_size),
     )
+    callback.wait()  # the windows in MLflow before the run is read and pointed at
     summaries = dict(callback.summaries)
     for stage, summary in summaries.items():
         print(

@@ -46,6 +46,7 @@ def main(tracking_uri: str, experiment: str, local_dir: str, mode: str = "all") 
         enable_model_summary=False,
     )
     trainer.fit(BoringModel())
+    callback.wait()  # each rank's windows in MLflow before the test reads the run
     if trainer.is_global_zero:
         print(f"RUN_ID={callback.run_id}")
 

@@ -93,6 +93,7 @@ def main(tracking_uri: str, experiment: str, run_name: str, local_dir: str) -> N
         enable_model_summary=False,
     )
     trainer.fit(LoadModel())
+    callback.wait()  # this rank's windows in MLflow before the test reads the run
     if trainer.is_global_zero:
         print(f"RUN_ID={callback.run_id}", flush=True)
 

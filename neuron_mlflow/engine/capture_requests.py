@@ -71,6 +71,10 @@ REQUEST_KEYS = ("id", "steps", "warmup", "at_step")
 ROUNDUP = 10
 """Without ``at_step``, a job of several ranks starts at a multiple of this (all ranks alike)."""
 
+STOP_S = 1.0
+"""How long :meth:`OnDemand.close` waits for a poll under way when no answer is left to give
+(the thread itself is waiting between polls: it stops at once)."""
+
 _ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _STATUS_ID = re.compile(r"\(request ([A-Za-z0-9_.:\-]{1,64})\)\s*$")
 
@@ -285,14 +289,22 @@ class OnDemand:
         return self
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the background thread (after one last poll that writes the answers back)."""
+        """Put the signal's previous handler back and stop the background thread (after one
+        last poll that writes the answers back). Waits at most ``timeout_s`` when there are
+        answers to give, else at most :data:`STOP_S` (a poll under way finishes): a server
+        that stopped answering does not hold up the end of the job."""
         _uninstall_signal(self)
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
-            # wait for the last answers only when there are some to give: a server that
-            # stopped answering does not hold up the end of the job
-            thread.join(timeout_s if self._pending() else 0.0)
+            thread.join(timeout_s if self._pending() else STOP_S)
+
+    @property
+    def awaiting_windows(self) -> bool:
+        """A request was accepted and its window not answered ``done`` yet: whoever asked
+        waits for that answer (the end of a session waits for the window's upload, bounded,
+        before :meth:`close`)."""
+        return bool(self._accepted)
 
     def _pending(self) -> bool:
         """Answers still to give (a request taken, not yet done; an answer not yet sent)."""

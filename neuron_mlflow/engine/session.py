@@ -31,7 +31,7 @@ import shutil
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +109,7 @@ class Results:
 
     client: WorkerClient | None = None
     handed: list[_Handed] = field(default_factory=list)
+    closed: bool = False
 
     def hand_off(self, record: WindowRecord, job: Job) -> bool:
         """Queue the spooled ``record`` for the worker (``job`` says what to do with it)."""
@@ -144,19 +145,23 @@ class Results:
         With ``summaries_only`` wait until each window is summarised, not for its upload. A
         failure of the worker is reported once (a warning), or raised when ``strict``.
         """
-        deadline = time.monotonic() + timeout_s
-        next_check = time.monotonic() + RESPAWN_CHECK_S
-        for handed in self.handed:
-            while not self._read(handed, summaries_only):
-                now = time.monotonic()
-                if now >= deadline:
-                    return False
-                if now >= next_check and self.client is not None:
-                    self.client.ensure_running()  # a worker that died is started again
-                    next_check = now + RESPAWN_CHECK_S
-                time.sleep(min(0.005, max(0.0, deadline - now)))
-            self._report(handed, strict)
-        return True
+        try:
+            deadline = time.monotonic() + timeout_s
+            next_check = time.monotonic() + RESPAWN_CHECK_S
+            for handed in self.handed:
+                while not self._read(handed, summaries_only):
+                    now = time.monotonic()
+                    if now >= deadline:
+                        return False
+                    if now >= next_check and self.client is not None:
+                        self.client.ensure_running()  # a worker that died is started again
+                        next_check = now + RESPAWN_CHECK_S
+                    time.sleep(min(0.005, max(0.0, deadline - now)))
+                self._report(handed, strict)
+            return True
+        finally:
+            if self.closed and self.client is not None:  # (ensure_running registered it)
+                self.client.close()
 
     def _report(self, handed: _Handed, strict: bool) -> None:
         record = handed.record
@@ -179,6 +184,7 @@ class Results:
 
     def close(self) -> None:
         """This process hands no more windows (the worker finishes the queue, then exits)."""
+        self.closed = True
         if self.client is not None:
             self.client.close()
 
@@ -496,9 +502,12 @@ class ProfilingSession:
         return self._finish_window(status="pending", partial=True)
 
     def close(self) -> None:
-        """Stop a window still open (logged as partial), wait for the worker, end the session.
-
-        Idempotent.
+        """Stop a window still open (logged as partial), hand what is left to the worker
+        process and end the session: nothing of ours runs in this process after it (no
+        thread, no signal handler, no exit hook for this session). It does not wait for the
+        uploads: the worker finishes them, even after this process ends; call :meth:`wait`
+        first to have them in MLflow. (A window asked for on demand whose asker still waits
+        for its ``done`` answer is waited for, at most ``upload_timeout_s``.) Idempotent.
         """
         if self._closed:
             return
@@ -506,19 +515,15 @@ class ProfilingSession:
         self.flush()
         self._release_stopped()
         self._next_start = None
-        if not self.wait(self.config.upload_timeout_s):
-            report(
-                f"neuron-mlflow: profiling window(s) were not uploaded within "
-                f"{self.config.upload_timeout_s:g} s (upload_timeout_s); the worker process "
-                f"goes on for as long after this process ends, then they stay in "
-                f"{self._spool.root}. Run `neuron-mlflow sync --local-dir {self._spool.root}` "
-                "to upload them"
-            )
         watch, self._watch = self._watch, None
-        if watch is not None:  # after the wait: its last poll says which requests are done
+        if watch is not None:
+            if watch.awaiting_windows:  # its last poll answers `done` once they are uploaded
+                self.guarded(self.wait, self.config.upload_timeout_s)
             self.guarded(watch.close)
         self._results.close()
         _open_sessions.discard(self)
+        if not _capturing:  # no window open in this process: SIGTERM's handler goes back
+            signals.uninstall()
         if self._system is not None:
             system, self._system = self._system, None
             self.guarded(system.stop)
@@ -722,11 +727,10 @@ class ProfilingSession:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"
 
 
-@atexit.register
-def _wait_at_exit() -> None:
-    """At exit, an unclosed session (a decorated function) waits at most ``upload_timeout_s``
-    for the worker to finish its windows, so the run is complete when the script ends."""
-    for session in list(_open_sessions):
+def wait_at_exit(sessions: Iterable[ProfilingSession]) -> None:
+    """Each session waits at most ``upload_timeout_s`` for the worker to finish its windows;
+    windows left are reported (with the command that uploads them later). Never raises."""
+    for session in sessions:
         with suppress(Exception):
             if not session.wait(session.config.upload_timeout_s):
                 report(
@@ -735,3 +739,11 @@ def _wait_at_exit() -> None:
                     f"in {session._spool.root}. Run `neuron-mlflow sync --local-dir "
                     f"{session._spool.root}` to upload them"
                 )
+
+
+@atexit.register
+def _wait_at_exit() -> None:
+    """At exit, a session nobody closed waits (:func:`wait_at_exit`), so that the run is
+    complete when the script ends. A closed session is not waited for here: the worker
+    process finishes its windows on its own (``wait()`` before the end waits for them)."""
+    wait_at_exit(list(_open_sessions))

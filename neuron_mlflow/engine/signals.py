@@ -6,6 +6,8 @@ SIGTERM it stops every open window, spools it as partial and hands it to the bac
 uploader, waits a little (at most :data:`SUMMARY_WAIT_S`) for its summary to be written, then
 runs the previous handler; with the default one the process then dies of SIGTERM as it would
 have. A window the uploader could not send stays pending for ``neuron-mlflow sync``.
+:func:`uninstall` puts the previous handler back; a session's ``close()`` calls it when no
+window is open in the process any more, so nothing of ours stays installed after it.
 
 Example:
     >>> import signal

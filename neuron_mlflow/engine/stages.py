@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,7 @@ class StageWindows:
         """Indices of windows logged (or given up) by this stage; saved in checkpoints."""
         self.session: ProfilingSession | None = None
         self._last_session: ProfilingSession | None = None
+        self._closed: list[ProfilingSession] = []  # closed sessions not waited for yet
         self.open_step: int | None = None
         self.next_step = 0
         """The number of the stage's next step (kept by the front end)."""
@@ -125,6 +127,26 @@ class StageWindows:
         self.open_step = None
         if quiet:
             self.quiet_until = self._first_start(0)
+
+    def begin_quiet(self, step: int) -> bool:
+        """Step ``step`` begins, if it cannot touch a window: then it is only noted (a
+        comparison) and True is returned; else nothing happens (call :meth:`begin`). Never
+        raises: a front end calls it outside its guard."""
+        if step < self.quiet_until and not self.requests_pending:
+            watch = self.watch
+            if watch is None or not watch.hot:
+                self.open_step = step
+                return True
+        return False
+
+    def end_quiet(self) -> bool:
+        """The open step ends, if it could not touch a window: True (nothing else happens);
+        else nothing happens (call :meth:`end`). Never raises."""
+        step = self.open_step
+        if step is not None and step < self.quiet_until and not self.requests_pending:
+            self.open_step = None
+            return True
+        return False
 
     def begin(self, step: int, call_name: str | None = None) -> None:
         """Step ``step`` begins (fast when it cannot touch a window).
@@ -230,8 +252,21 @@ class StageWindows:
         self.open_step = None
 
     def close(self) -> None:
-        """Close the session (a later step opens a new one)."""
-        if self.session is not None:
-            self.session.close()
-            self._last_session = self.session
-        self.session = None
+        """Close the session (a later step opens a new one): a window still open is logged
+        as partial and handed to the worker process; nothing waits for it (:meth:`wait`)."""
+        session, self.session = self.session, None
+        if session is not None:
+            self._last_session = session
+            self._closed.append(session)
+            session.close()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the worker process has finished every window
+        this stage handed it, in its open and closed sessions; True when none is left."""
+        deadline = time.monotonic() + timeout_s
+        left = []
+        for session in [*self._closed, *([self.session] if self.session else [])]:
+            if not session.wait(max(0.0, deadline - time.monotonic())):
+                left.append(session)
+        self._closed = [s for s in self._closed if s in left]
+        return not left

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.session import ProfilingSession
+from neuron_mlflow.engine.session import ProfilingSession, wait_at_exit
 from neuron_mlflow.errors import ConfigError
 from neuron_mlflow.summary.ops import OpSummary
 
@@ -40,8 +40,13 @@ _open_profilers: weakref.WeakSet[Profiler] = weakref.WeakSet()
 
 @atexit.register
 def _close_open_profilers() -> None:
-    for profiler in list(_open_profilers):
+    """At exit, a profiler nobody closed is closed and waits (at most ``upload_timeout_s``)
+    for the worker, so that its run is complete when the script ends. A closed profiler is
+    not waited for: the worker finishes its windows on its own (``wait()`` waits for them)."""
+    profilers = list(_open_profilers)
+    for profiler in profilers:
         profiler.close()
+    wait_at_exit(profiler.session for profiler in profilers)
 
 
 class Profiler:
@@ -98,7 +103,10 @@ class Profiler:
         self.session.guarded(self.session.step)
 
     def close(self) -> None:
-        """Stop a window still open (logged as partial). Idempotent."""
+        """Stop a window still open (logged as partial) and hand what is left to the worker
+        process; nothing of ours keeps running here. It does not wait for the uploads (the
+        worker finishes them, even after this process ends): call :meth:`wait` first to have
+        them in MLflow. Idempotent."""
         self.session.guarded(self.session.close)
         _open_profilers.discard(self)
 

@@ -4,8 +4,12 @@ A thin callback over the engine: it says when a step begins and ends in each sta
 to use, and which ranks capture. Window bookkeeping and per-rank gathering are the engine's
 (:class:`~neuron_mlflow.engine.stages.StageWindows`). The hooks are plain methods: each stage's
 four hooks call one of four step functions with its row of the stage table
-(:mod:`neuron_mlflow.integrations.stage_table`). No hook waits for a summary, an upload or
-another rank. Only this module imports ``lightning``.
+(:mod:`neuron_mlflow.integrations.stage_table`); the train row's two step hooks, which every
+training step runs, are written out. No hook waits for a summary, an upload or
+another rank, and a step that cannot touch a window costs a few attribute reads and one
+comparison. The end of a Trainer call (``teardown``, or ``on_exception``) hands what is left
+to the worker process and stops what the callback started; :meth:`NeuronProfilerCallback.wait`
+waits for the uploads. Only this module imports ``lightning``.
 
 Example:
     >>> import tempfile, torch
@@ -20,13 +24,16 @@ Example:
     >>> trainer.fit(BoringModel())
     >>> callback.summaries["train"].steps
     2
+    >>> callback.wait()  # the window in MLflow (fit returned without waiting for it)
+    True
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +75,12 @@ class NeuronProfilerCallback(Callback):
     the batch index of the window's last step. The sanity-check validation is never profiled.
     The checkpoint state (windows already logged) is saved under :attr:`state_key`, which
     includes the stages and the schedule: callbacks with other stages keep their own state.
+
+    ``fit``, ``validate``, ``test`` and ``predict`` return when their steps end: the windows
+    are summarised and uploaded by a worker process that finishes them even after this
+    process ends. Call :meth:`wait` to have them in MLflow before going on (to read them back,
+    or before measuring something else on this host). After each Trainer call, and after one
+    that raised, nothing of the callback runs in this process: no thread, no signal handler.
     """
 
     def __init__(
@@ -89,8 +102,13 @@ class NeuronProfilerCallback(Callback):
         self._off = False  # a failure of ours turned profiling off for this callback
         self._job_id: str | None = None
         self._windows = {stage: self._stage_windows(stage) for stage in STAGES}
+        self._profiled = {s: w if s in self.stages else None for s, w in self._windows.items()}
         self._optimizer_steps = 0
+        self._automatic = True  # the module's automatic_optimization, read at train start
         self._worker: WorkerClient | None = None
+        self._guard = Guard(self.config.strict, self._turn_off)
+        """Runs a hook's body: a failure of ours is one report (:mod:`~neuron_mlflow.engine.
+        guard`) and turns profiling off for this callback; training goes on."""
 
     def _stage_windows(self, stage: str) -> StageWindows:
         return StageWindows(self.config, self.prefix(stage), lambda: self._session(stage))
@@ -153,11 +171,6 @@ class NeuronProfilerCallback(Callback):
 
     # -- the guard ----------------------------------------------------------------------
 
-    def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a hook's body in the guard (:mod:`neuron_mlflow.engine.guard`): a failure of
-        ours is one report and turns profiling off for this callback; training goes on."""
-        return Guard(self.config.strict, self._turn_off)(fn, *args)
-
     def _turn_off(self, exc: BaseException | None = None) -> None:
         self._off = True
         for windows in self._windows.values():
@@ -178,13 +191,6 @@ class NeuronProfilerCallback(Callback):
         if self._run is None:
             payload = self._resolve_run(trainer) if trainer.is_global_zero else None
             self._run = trainer.strategy.broadcast(payload, src=0)
-        windows = self._windows[self.stages[0]]  # capture requests, slow-step trigger
-        if windows.watch is None:
-            uri, run_id = self._run or (None, None)
-            windows.watch = start_for_stage(
-                windows, rank=trainer.global_rank, world_size=trainer.world_size,
-                run_id=run_id, tracking_uri=uri,
-            )  # fmt: skip
         captures = self.ranks is None or trainer.global_rank in self.ranks
         if captures and self._worker is None:  # it imports MLflow before the first window
             self._worker = WorkerClient(Path(self.config.local_dir).absolute())
@@ -195,6 +201,19 @@ class NeuronProfilerCallback(Callback):
             self._system = start_system_metrics(
                 self.config, self._backend_name, lambda: run_id, uri
             )
+
+    def _start_watch(self, trainer: Trainer) -> None:
+        """Capture requests and the slow-step trigger, read for the first chosen stage: started
+        when the Trainer's loop starts, after Lightning took note of the signal handlers in
+        place (it puts those back at its end, even after an exception, when no hook of ours
+        runs any more: the capture signal's handler must not be among them)."""
+        windows = self._windows[self.stages[0]]
+        if windows.watch is None and not self._off:
+            uri, run_id = self._run or (None, None)
+            windows.watch = start_for_stage(
+                windows, rank=trainer.global_rank, world_size=trainer.world_size,
+                run_id=run_id, tracking_uri=uri,
+            )  # fmt: skip
 
     def on_before_optimizer_step(
         self, trainer: Trainer, pl_module: LightningModule, optimizer: Any
@@ -208,19 +227,49 @@ class NeuronProfilerCallback(Callback):
     ) -> None:
         for windows in self._windows.values():
             self._guard(windows.abort, exception)  # keeps the capture (incomplete)
+        self._end()  # Lightning calls no teardown hook after an exception
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        """The end of a Trainer call: hand what is left to the worker process and stop what
+        this callback started (the sessions, the capture-request watcher and its signal
+        handler, the worker registration, the system metrics). Nothing waits for the
+        uploads (:meth:`wait` does), except for a window asked for on demand whose asker
+        waits for its ``done`` answer (at most ``upload_timeout_s``). Idempotent."""
         for windows in self._windows.values():
-            self._guard(windows.close)  # waits at most upload_timeout_s for the uploads
-        if self._worker is not None:
-            worker, self._worker = self._worker, None
-            worker.close()
+            self._guard(windows.close)  # a window still open: partial, to the worker
+        for windows in self._windows.values():  # (the watcher is the first stage's)
             watch, windows.watch = windows.watch, None
             if watch is not None:
-                self._guard(watch.close)  # its last poll answers the requests it took
+                if watch.awaiting_windows:  # its last poll answers `done` once uploaded
+                    self.wait()
+                self._guard(watch.close)
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            self._guard(worker.close)
         if self._system is not None:
             system, self._system = self._system, None
-            system.stop()
+            self._guard(system.stop)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
+        has uploaded every window this callback handed it; True when none is left.
+
+        A Trainer call returns without waiting for its windows' uploads (the worker finishes
+        them, even after this process ends). Call this before reading the windows back from
+        MLflow, or before measuring something else in this process, so that our upload does
+        not share the CPU with it. A window the worker could not upload stays in
+        ``local_dir`` for ``neuron-mlflow sync`` (reported once, as a warning).
+        """
+        timeout = self.config.upload_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        done = True
+        for windows in self._windows.values():
+            left = max(0.0, deadline - time.monotonic())
+            done = bool(Guard(self.config.strict)(windows.wait, left)) and done
+        return done
 
     def state_dict(self) -> dict[str, Any]:
         """Which windows each stage has logged, so a resumed run does not log them again."""
@@ -235,18 +284,40 @@ class NeuronProfilerCallback(Callback):
     # -- Lightning hooks: the steps of each stage (rows of the stage table) --------------
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._automatic = bool(pl_module.automatic_optimization)
         self._guard(self._stage_start, trainer, _TRAIN)
+
+    # The train row's two step hooks are written out: every training step runs them. Outside
+    # a window each is a few attribute reads, a counter and one comparison, outside the guard
+    # (StageWindows.begin_quiet / end_quiet never raise).
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._guard(self._batch_start, trainer, _TRAIN)
+        windows = self._profiled["train"]
+        # with accumulation, the first micro-batch begins a step (open_step is then set)
+        if (
+            windows is not None
+            and windows.open_step is None
+            and not windows.begin_quiet(windows.next_step)
+        ):
+            # marked until the step ends (neuron_mlflow: train_step): validation,
+            # checkpoints and the loop's own work between steps are not summarised
+            self._guard(windows.begin, windows.next_step, _TRAIN.step_name)
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:  # fmt: skip
-        self._guard(self._batch_end, trainer, _TRAIN, batch_idx)
+        steps = self._optimizer_steps
+        if steps:  # the optimizer stepped: this batch ends a train step (accumulation: not yet)
+            self._optimizer_steps = 0
+            windows = self._windows["train"]
+            # automatic: += the optimizer steps (= trainer.global_step); manual: one step per
+            # batch, however many optimizers stepped in it (global_step counts each one)
+            windows.next_step += steps if self._automatic else 1
+            if not windows.end_quiet():
+                self._guard(windows.end, windows.next_step)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._guard(self._stage_end, trainer, _TRAIN)
@@ -258,13 +329,13 @@ class NeuronProfilerCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._guard(self._batch_start, trainer, _VALIDATE)
+        self._batch_start(trainer, _VALIDATE)
 
     def on_validation_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
         batch_idx: int, dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._guard(self._batch_end, trainer, _VALIDATE, batch_idx)
+        self._batch_end(trainer, _VALIDATE, batch_idx)
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._guard(self._stage_end, trainer, _VALIDATE)
@@ -276,13 +347,13 @@ class NeuronProfilerCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._guard(self._batch_start, trainer, _TEST)
+        self._batch_start(trainer, _TEST)
 
     def on_test_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
         batch_idx: int, dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._guard(self._batch_end, trainer, _TEST, batch_idx)
+        self._batch_end(trainer, _TEST, batch_idx)
 
     def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._guard(self._stage_end, trainer, _TEST)
@@ -294,13 +365,13 @@ class NeuronProfilerCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._guard(self._batch_start, trainer, _PREDICT)
+        self._batch_start(trainer, _PREDICT)
 
     def on_predict_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
         batch_idx: int, dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
-        self._guard(self._batch_end, trainer, _PREDICT, batch_idx)
+        self._batch_end(trainer, _PREDICT, batch_idx)
 
     def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._guard(self._stage_end, trainer, _PREDICT)
@@ -308,6 +379,7 @@ class NeuronProfilerCallback(Callback):
     # -- the step functions the hooks call ------------------------------------------------
 
     def _stage_start(self, trainer: Trainer, spec: StageHooks) -> None:
+        self._start_watch(trainer)
         if trainer.sanity_checking or spec.stage not in self.stages:
             return
         windows = self._windows[spec.stage]
@@ -327,28 +399,21 @@ class NeuronProfilerCallback(Callback):
         if message is not None:
             rank_zero_warn(f"NeuronProfilerCallback: {message}", category=NeuronMlflowWarning)
 
+    # The evaluation stages' steps (one per batch): as the train row's, the guard runs only
+    # for a step in or next to a window.
+
     def _batch_start(self, trainer: Trainer, spec: StageHooks) -> None:
-        # (training never runs in the sanity check; trainer.sanity_checking costs ~1 us)
-        if spec.stage not in self.stages or (not spec.optimizer_steps and trainer.sanity_checking):
+        windows = self._profiled[spec.stage]
+        if windows is None or trainer.sanity_checking:  # (the sanity check: never profiled)
             return
-        windows = self._windows[spec.stage]
-        if windows.open_step is None:  # with accumulation, the first micro-batch begins a step
-            # marked until the step ends (neuron_mlflow: train_step): validation, checkpoints
-            # and the loop's own work between steps are not summarised as the stage's steps
-            windows.begin(windows.next_step, f"{spec.stage}_step")
+        if not windows.begin_quiet(windows.next_step):
+            self._guard(windows.begin, windows.next_step, spec.step_name)
 
     def _batch_end(self, trainer: Trainer, spec: StageHooks, batch_idx: int) -> None:
         windows = self._windows[spec.stage]
-        if spec.optimizer_steps:
-            if self._optimizer_steps:  # the optimizer stepped: this batch ends a train step
-                if trainer.lightning_module.automatic_optimization:
-                    windows.next_step += self._optimizer_steps  # = trainer.global_step
-                else:  # manual: one step per batch, however many optimizers stepped in it
-                    windows.next_step += 1  # (global_step counts each optimizer's step)
-                self._optimizer_steps = 0
-                windows.end(windows.next_step)
-        elif windows.open_step is not None:  # begun (so a chosen stage, not a sanity check)
-            windows.end(batch_idx)
+        if windows.open_step is not None:  # begun (so a chosen stage, not a sanity check)
+            if not windows.end_quiet():
+                self._guard(windows.end, batch_idx)
             windows.next_step += 1
 
     def _stage_end(self, trainer: Trainer, spec: StageHooks) -> None:

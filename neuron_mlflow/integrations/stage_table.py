@@ -43,6 +43,16 @@ class StageHooks:
     optimizer_steps: bool
     planned: str
 
+    @property
+    def step_name(self) -> str:
+        """The name that marks the stage's steps in a window (``neuron_mlflow: train_step``).
+
+        Example:
+            >>> hooks_of("train").step_name
+            'train_step'
+        """
+        return f"{self.stage}_step"
+
 
 STAGE_HOOKS = (
     StageHooks("train", "on_train_start", "on_train_batch_start", "on_train_batch_end",

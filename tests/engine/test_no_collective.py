@@ -69,5 +69,6 @@ def test_the_callback_adds_no_collective_to_any_step(tmp_path) -> None:
     with_us = _fit([callback])
     without = _fit([])
     assert with_us.calls == without.calls, "our hooks called a collective"
+    assert callback.wait()  # the worker's upload (fit does not wait for it)
     got = metrics(callback.run_id)
     assert got["profile/train/rank/0/cpu_time_us"] > 0, "rank 0's worker logged its own times"

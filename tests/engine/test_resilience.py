@@ -108,6 +108,7 @@ def test_a_failure_in_the_summary_code_leaves_the_job_and_its_windows(
         warnings.simplefilter("always")
         results = _loop(profiled)
         profiled.profiler.close()
+        profiled.profiler.wait()  # the worker's failure is reported when its results are read
     assert torch.equal(results[-1], rmsnorm_naive(x, w))
     messages = _ours(caught)
     assert messages and all("injected failure" in m for m in messages)
@@ -124,6 +125,7 @@ def test_a_failure_in_the_summary_code_raises_in_strict_mode(tmp_path, monkeypat
     with pytest.raises(nm.NeuronMlflowError, match="injected failure"):
         _loop(profiled)
         profiled.profiler.close()
+        profiled.profiler.wait()
 
 
 def test_the_users_exception_propagates_unchanged(tmp_path) -> None:

@@ -46,6 +46,7 @@ def test_train_and_validate_windows_land_in_the_loggers_run(tracking_uri) -> Non
     )
     trainer = _trainer(callback, logger, max_steps=8, limit_val_batches=6, val_check_interval=8)
     trainer.fit(BoringModel())
+    assert callback.wait()  # fit returned without waiting for the worker's uploads
 
     run_id = logger.run_id
     assert callback.run_id == run_id
@@ -79,6 +80,7 @@ def test_sanity_check_is_never_profiled(tracking_uri) -> None:
         callback, logger, max_steps=2, num_sanity_val_steps=2, check_val_every_n_epoch=50
     )
     trainer.fit(BoringModel())
+    assert callback.wait()
     assert not any(k.startswith("profile/validate") for k in metrics(logger.run_id))
     assert list(Spool("neuron_mlflow_traces").windows()) == []
 
@@ -92,6 +94,7 @@ def test_gradient_accumulation_counts_one_step_per_optimizer_step(tracking_uri) 
         callback, logger, max_steps=3, accumulate_grad_batches=3, limit_val_batches=0
     )
     trainer.fit(BoringModel())
+    assert callback.wait()
     got = metrics(logger.run_id)
     assert got["profile/train/steps"] == 2
     assert got["profile/train/op/aten.linear/calls"] == 3  # three micro-batches per step
@@ -106,6 +109,7 @@ def test_repeat_gives_two_windows(tracking_uri) -> None:
     )
     trainer = _trainer(callback, logger, max_steps=10, limit_val_batches=0)
     trainer.fit(BoringModel())
+    assert callback.wait()
     assert metric_history(logger.run_id, "profile/train/steps") == [(4, 1.0), (8, 1.0)]
     folders = {f.split("/")[2] for f in artifact_files(logger.run_id)}
     assert folders == {"step_000003-000003", "step_000007-000007"}
@@ -126,6 +130,7 @@ def test_resume_from_checkpoint_does_not_log_a_window_again(tracking_uri, tmp_pa
         callbacks=[checkpoint],
     )
     trainer.fit(BoringModel())
+    assert first.wait()
     assert metric_history(logger.run_id, "profile/validate/steps") == [(1, 2.0)]
 
     resumed_logger = _logger(tracking_uri, "cb-resume", run_id=logger.run_id)
@@ -134,6 +139,7 @@ def test_resume_from_checkpoint_does_not_log_a_window_again(tracking_uri, tmp_pa
         second, resumed_logger, max_epochs=2, limit_train_batches=4, limit_val_batches=3
     )
     trainer.fit(BoringModel(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    assert second.wait()
     assert second.state_dict()["done"]["validate"] == [0]
     assert metric_history(logger.run_id, "profile/validate/steps") == [(1, 2.0)], "no duplicate"
 
@@ -145,6 +151,7 @@ def test_a_logged_validation_window_is_not_profiled_again_in_a_later_run(trackin
     )
     trainer = _trainer(callback, logger, max_epochs=2, limit_train_batches=2, limit_val_batches=2)
     trainer.fit(BoringModel())
+    assert callback.wait()
     # window 0 in the first validation run, window 1 in the second (window 0 is done)
     assert metric_history(logger.run_id, "profile/validate/steps") == [(1, 2.0)]
     assert callback.state_dict()["done"]["validate"] == [0]
@@ -183,6 +190,7 @@ def test_without_mlflow_logger_a_new_run_is_created(tracking_uri) -> None:
     )
     trainer = _trainer(callback, logger=False, max_steps=2, limit_val_batches=0)
     trainer.fit(BoringModel())
+    assert callback.wait()
     run = MlflowClient().get_run(callback.run_id)
     assert MlflowClient().get_experiment(run.info.experiment_id).name == "cb-no-logger"
     assert run.data.metrics["profile/train/steps"] == 1
@@ -192,6 +200,7 @@ def test_an_active_run_is_used_without_a_logger(tracking_uri) -> None:
     callback = nm.NeuronProfilerCallback(schedule=nm.Schedule(warmup=0, active=1), backend="cpu")
     with mlflow.start_run() as run:
         _trainer(callback, logger=False, max_steps=2, limit_val_batches=0).fit(BoringModel())
+    assert callback.wait()
     assert callback.run_id == run.info.run_id
     assert metrics(run.info.run_id)["profile/train/steps"] == 1
 
@@ -205,6 +214,7 @@ def test_test_and_predict_stages(tracking_uri) -> None:
     model = BoringModel()
     trainer.test(model)
     trainer.predict(model)
+    assert callback.wait()  # both Trainer calls' windows (each call's sessions closed)
     assert metric_history(logger.run_id, "profile/test/steps") == [(2, 2.0)]
     assert metric_history(logger.run_id, "profile/predict/steps") == [(2, 2.0)]
 
@@ -217,6 +227,7 @@ def test_window_cut_short_by_the_end_of_a_stage_is_partial(tracking_uri) -> None
     trainer = _trainer(callback, logger, max_steps=4, limit_val_batches=0)
     with pytest.warns(nm.NeuronMlflowWarning, match=r"needs steps up to 6.*plans 4 steps"):
         trainer.fit(BoringModel())
+    assert callback.wait()
     assert metric_history(logger.run_id, "profile/train/steps") == [(4, 2.0)]
     tags = MlflowClient().get_run(logger.run_id).data.tags
     assert tags["neuron_mlflow.partial/profile/train/step_000002-000003"] == "true"
@@ -237,5 +248,6 @@ def test_ranks_not_selected_do_not_capture(tracking_uri) -> None:
         schedule=nm.Schedule(warmup=0, active=1), backend="cpu", ranks=[1]
     )
     _trainer(callback, logger, max_steps=2, limit_val_batches=0).fit(BoringModel())
+    assert callback.wait()  # nothing to wait for: this rank captured nothing
     assert not any(k.startswith("profile/train") for k in metrics(logger.run_id))
     assert list(Spool("neuron_mlflow_traces").windows()) == []

@@ -28,6 +28,8 @@ def _fit(callbacks, logger, tmp_path, max_epochs, ckpt_path=None) -> None:
         enable_model_summary=False,
     )
     trainer.fit(BoringModel(), ckpt_path=ckpt_path)
+    for callback in callbacks:
+        assert callback.wait()  # the windows in MLflow (fit does not wait for them)
 
 
 def _callbacks() -> tuple[nm.NeuronProfilerCallback, nm.NeuronProfilerCallback]:

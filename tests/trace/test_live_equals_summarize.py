@@ -91,6 +91,7 @@ def _lightning_validation_inside(tmp_path: Path, tracking_uri: str) -> tuple[str
         default_root_dir=tmp_path,
     )
     trainer.fit(BoringModel())
+    assert callback.wait()
     return logger.run_id, "profile/train"
 
 
@@ -135,6 +136,7 @@ def _lightning_manual(tmp_path: Path, tracking_uri: str) -> tuple[str, str]:
     )
     module: LightningModule = TwoOptimizers()
     trainer.fit(module)
+    assert callback.wait()
     files = artifact_files(logger.run_id)
     # both scheduled windows (steps 2-3 and 6-7: one step per batch), none missed
     for folder in ("profile/train/step_000002-000003", "profile/train/step_000006-000007"):
