@@ -15,7 +15,7 @@ Two front ends, each run in its own fresh process (``--runs`` of each, interleav
   ``torch.profiler.profile`` with the same schedule around the same step, each window's wall
   time per step from ``perf_counter`` around its active steps (no MLflow).
 
-Each process waits for its run (``prof.run_id`` / teardown), then reads every window's
+Each process waits for its run (``prof.run_id`` / ``callback.wait()``), then reads every window's
 ``P/wall_time_us`` and ``P/cpu_time_us`` back from the run's MLflow metric history (a local
 SQLite store in a temp folder, ``MLFLOW_TRACKING_URI``). Reported: window 1's value and every
 window's value over window 1's. Target: every window within 1.25x of the first.
@@ -154,7 +154,8 @@ def lightning_child(folder: Path) -> dict:
         num_sanity_val_steps=0,
     )
     data = DataLoader(TensorDataset(torch.randn(4 * STEPS, 8)), batch_size=4)
-    trainer.fit(MatmulModule(), data)  # teardown waits for the worker's uploads
+    trainer.fit(MatmulModule(), data)
+    callback.wait()  # the worker's uploads (fit returns without waiting for them)
     assert callback.run_id is not None, "no run"
     return history(callback.run_id, callback.prefix("train"))
 

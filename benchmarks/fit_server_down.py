@@ -1,9 +1,9 @@
 """Benchmark: a whole ``Trainer.fit`` with 4 profiled windows, tracking server up vs down.
 
 Side by side in one run, interleaved round by round, each fit in a fresh Python process: the
-wall time of ``trainer.fit`` (teardown and its bounded drain of the background worker
-included) of a tiny Lightning model with ``NeuronProfilerCallback`` (CPU backend, 4 windows),
-with the tracking URI pointing at
+wall time of ``trainer.fit`` (teardown included: it hands the windows to the worker process,
+which uploads them; ``callback.wait()`` after it, not timed) of a tiny Lightning model with
+``NeuronProfilerCallback`` (CPU backend, 4 windows), with the tracking URI pointing at
 
 - ``up``: a real ``mlflow server`` on localhost;
 - ``refused``: nothing listens (the server is down);
@@ -53,6 +53,7 @@ trainer = Trainer(
 started = time.perf_counter()
 trainer.fit(BoringModel())
 elapsed = time.perf_counter() - started
+callback.wait()  # (not timed) the worker's uploads, or its giving up on them
 records = [r for r in Spool(sys.argv[1]).windows() if r.manifest.get("kind") != "rank_metrics"]
 print(json.dumps({"s": elapsed, "windows": len(records),
                   "statuses": sorted({r.status for r in records})}))

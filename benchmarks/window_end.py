@@ -24,8 +24,8 @@ ops (a loop of ``x = x + 1; x.mul_(0.5)`` on 8 floats; under Lightning inside
   (every hook and the data loading included), while our worker process summarises and
   uploads the window.
 
-Each process then ends normally (ours waits for its worker in ``close()``/``teardown``, not
-timed, and checks the window's summary); the next process starts once the worker has exited.
+Each process then ends normally (ours reads the window's summary, which waits for its worker,
+not timed); the next process starts once the worker has exited.
 The MLflow store is one SQLite file in a temp folder (``MLFLOW_TRACKING_URI``), created before
 the first round. Windows: small (50 ops x 5 steps) and large (600 ops x 20 steps). Reports
 medians over the rounds and the ratio ours/raw of the medians. Targets: hook <= 1.1x raw,
