@@ -180,9 +180,12 @@ def measure(
         for _ in range(3):  # compilation and first calls stay outside the windows
             fn(x, w)
     runs = {}
-    for variant in args.variants:
+    for variant in args.variants:  # created in order: compare takes the first as baseline
         with mlflow.start_run(run_name=variant, nested=True) as child:
             runs[variant] = child.info.run_id
+        started = child.info.start_time
+        while int(time.time() * 1000) <= started:  # the next one starts a millisecond later
+            time.sleep(0.001)
     profiled: dict[str, Any] = {v: nm.profile(config=config)(fn) for v, fn in fns.items()}
     order, rounds = random.Random(args.seed), []
     for round_number in range(1, args.repeat + 1):
@@ -224,8 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         mlflow.log_params({k: getattr(args, k) for k in params})
         runs = measure(args, config, device)
         if runs is None:
+            mlflow.end_run(status="FAILED")
             return 1
-        comparison = nm.compare_runs(list(runs.values()))  # the one comparison
+        try:
+            comparison = nm.compare_runs(list(runs.values()))  # the one comparison
+        except nm.NeuronMlflowError as exc:  # the runs could not be read back from MLflow
+            print(f"rmsnorm.py: {exc}", file=sys.stderr)
+            mlflow.end_run(status="FAILED")
+            return 1
         assert comparison.outcome is not None
         log_comparison(comparison)
         print(comparison.render("seed"))

@@ -54,6 +54,14 @@ def test_every_surface_gives_the_same_ratio_verdict_and_winner(tracking_uri) -> 
         )
     )
     assert compared["statistic"] == STATISTIC
+    # the parent run given by hand stands for its variants, naive the baseline: the same answer
+    by_parent = json.loads(
+        run_python(
+            ["-m", "neuron_mlflow.cli", "compare", parent_id, "--format", "json"], tracking_uri
+        )
+    )
+    assert by_parent["estimates"] == compared["estimates"]
+    assert by_parent["outcome"] == compared["outcome"]
     expected = {}
     for variant in variants[1:]:
         e = compared["estimates"][children[variant]][compared["time_metric"]]

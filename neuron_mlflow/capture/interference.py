@@ -2,12 +2,10 @@
 
 A step on a shared host can take 100x its usual time without running any slower code:
 torch's intra-op threads are runnable but wait in the kernel's run queue while another
-process holds the core. Measured here (2 vCPUs, a ``while True: pass`` process beside the
-RMSNorm main job): of the steps over 3x the window's median, 129 of 146 had a run-queue wait
-of at least 5 % of their wall time and 125 of 146 at least one involuntary context switch;
-of the steps within 1.5x the median, none had such a wait and 1 of 383 a switch
-(``benchmarks/compare_noise.py --probe``). The thread's CPU time against its wall time does
-not separate them: OpenMP's waiting threads spin, so CPU time follows wall time.
+process holds the core. Both counters below separate such steps from the others; the
+measurement (``benchmarks/compare_noise.py --probe --busy``) is in ``docs/comparing.md``
+(disturbed steps). The thread's CPU time against its wall time does not separate them:
+OpenMP's waiting threads spin, so CPU time follows wall time.
 
 :class:`InterferenceProbe` reads both at a step's start and end, on the training thread,
 inside a window only:
@@ -17,9 +15,12 @@ inside a window only:
   ``/proc/self/task/<tid>/schedstat``, second field; ``None`` elsewhere);
 - ``switches``: involuntary context switches of the process (``getrusage``).
 
-A sample costs about 5 us a thread (a ``pread`` of a held-open file), outside the step's
-own range in the trace. Which steps count as disturbed is decided later, from these numbers
-(:func:`neuron_mlflow.summary.statistics.disturbed`).
+A sample costs about 5 us a thread read (a ``pread`` of a held-open file; at most
+:data:`MAX_THREADS` threads). Around a decorated call the reads lie outside the call's own
+range in the trace, which is the step ``steps.jsonl`` times; with ``prof.step()`` (the
+context manager) a step is torch's ``ProfilerStep`` range, from one ``prof.step()`` to the
+next, and the reads fall inside it. Which steps count as disturbed is decided later, from
+these numbers (:func:`neuron_mlflow.summary.statistics.disturbed`).
 
 Example:
     >>> probe = InterferenceProbe()
@@ -40,11 +41,13 @@ import threading
 
 __all__ = ["InterferenceProbe", "Sample"]
 
-Sample = tuple[int | None, int]
-"""One reading: summed run-queue wait of the process's threads (ns; ``None`` when unknown)
-and its involuntary context switches so far."""
+Sample = tuple[tuple[int | None, ...], int]
+"""One reading: the run-queue wait of each thread read (ns; ``None`` for a thread that
+ended) and the process's involuntary context switches so far."""
 
 _TASKS = "/proc/self/task"
+MAX_THREADS = 64
+"""Threads read at most (the training thread first): a sample's cost stays bounded."""
 
 
 class InterferenceProbe:
@@ -65,7 +68,10 @@ class InterferenceProbe:
             return
         python = {t.native_id for t in threading.enumerate() if t.native_id is not None}
         python.discard(threading.get_native_id())
-        for tid in tids:
+        own = str(threading.get_native_id())
+        for tid in sorted(tids, key=lambda t: t != own)[: MAX_THREADS * 4]:
+            if len(self._fds) >= MAX_THREADS:
+                break
             if tid.isdigit() and int(tid) in python:
                 continue
             with contextlib.suppress(OSError):
@@ -73,24 +79,28 @@ class InterferenceProbe:
 
     def sample(self) -> Sample:
         """The reading now (never raises)."""
-        wait: int | None = None
-        if self._fds:
-            wait = 0
-            for fd in self._fds:
-                try:
-                    wait += int(os.pread(fd, 64, 0).split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue  # a thread that ended: its wait no longer grows
+        waits: list[int | None] = []
+        for fd in self._fds:
+            try:
+                waits.append(int(os.pread(fd, 64, 0).split()[1]))
+            except (OSError, ValueError, IndexError):
+                waits.append(None)  # a thread that ended
         try:
             switches = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
         except OSError:
             switches = 0
-        return wait, switches
+        return tuple(waits), switches
 
     def since(self, start: Sample) -> tuple[float | None, int]:
-        """``(cpu_wait_us, switches)`` between ``start`` and now."""
-        wait, switches = self.sample()
-        waited = None if wait is None or start[0] is None else max(wait - start[0], 0) / 1e3
+        """``(cpu_wait_us, switches)`` between ``start`` and now: the waits of the threads
+        read both times (``None`` when none was), summed."""
+        waits, switches = self.sample()
+        both = [
+            end - begin
+            for begin, end in zip(start[0], waits, strict=False)
+            if begin is not None and end is not None
+        ]
+        waited = sum(max(d, 0) for d in both) / 1e3 if both else None
         return waited, max(switches - start[1], 0)
 
     def close(self) -> None:

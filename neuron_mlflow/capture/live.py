@@ -135,7 +135,6 @@ class LiveWindow:
 
         cfg = self.config
         self.trace_dir.mkdir(parents=True, exist_ok=True)
-        self.probe.open()  # the threads torch's pools started by now
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             prof = torch.profiler.profile(
@@ -150,6 +149,7 @@ class LiveWindow:
             )
             prof.start()
         self.prof = prof
+        self.probe.open()  # the threads torch's pools started by now
 
     def step(self) -> None:
         """Advance the profiler's schedule by one step (``prof.step()``)."""

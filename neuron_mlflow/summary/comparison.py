@@ -39,6 +39,7 @@ HEADLINE = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls", "steps"
 SAMPLED = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls")
 """Headline metrics with per-step samples (ratio, interval and verdict)."""
 EXIT_INSUFFICIENT = 3
+"""``compare --fail-above``'s exit code when the gated rows cannot be decided."""
 METRIC_LABELS = {
     "device_time_us": "device time",
     "cpu_time_us": "self CPU time",
@@ -47,7 +48,6 @@ METRIC_LABELS = {
     "steps": "steps",
 }
 """Headline metrics in words."""
-"""``compare --fail-above``'s exit code when the gated rows cannot be decided."""
 _COMPILED = re.compile(r"(CompiledFxGraph[ _]+)([A-Za-z0-9]{16,})")
 
 RunSamples = dict[str, list[list[float]]]
@@ -319,11 +319,15 @@ def compare_profiles(
     if time_metric not in shared:
         time_metric = "wall_time_us"
     values = {r.run_id: {m: _shown(r, m, r.headline[m]) for m in shared} for r in runs}
-    shown = {
+    shown = {  # None: every step disturbed, nothing to show
         run: {m: v for m, v in found.items() if v is not None} for run, found in values.items()
     }
     change = {
-        r.run_id: {m: _pct(shown[r.run_id][m], shown[base.run_id][m]) for m in shared}
+        r.run_id: {
+            m: _pct(shown[r.run_id][m], shown[base.run_id][m])
+            for m in shared
+            if m in shown[r.run_id] and m in shown[base.run_id]
+        }
         for r in runs
         if r.run_id != base.run_id
     }
@@ -405,12 +409,26 @@ def compare_profiles(
 
 
 def _shown(r: RunProfile, series: str, logged: float | None) -> float | None:
-    """The value shown for one series of a run: the :data:`STATISTIC` of its samples, else
-    the logged value (``steps`` and ``op_calls`` are counts: as logged)."""
-    if series in ("steps",) or r.samples is None:
+    """The value shown for one series of a run: the :data:`STATISTIC` of its samples (the
+    ``steps`` count as logged); a run without samples (an old one) shows the logged value,
+    and a run whose every step was disturbed shows none."""
+    if series == "steps" or r.samples is None:
         return logged
     found = side_value(r.side(series))
+    if found is None and r.steps_read and r.steps_disturbed == r.steps_read:
+        return None
     return logged if found is None else found
+
+
+def _mostly_disturbed(p: RunProfile) -> bool:
+    return p.steps_read > 0 and p.steps_disturbed > MAX_DISTURBED_SHARE * p.steps_read
+
+
+def _disturbed_result(p: RunProfile) -> str:
+    return (
+        f"no winner: insufficient data ({p.name}: {p.steps_disturbed} of {p.steps_read} "
+        "steps disturbed)"
+    )
 
 
 def decide(c: Comparison) -> Outcome:
@@ -431,6 +449,9 @@ def decide(c: Comparison) -> Outcome:
     metric = c.time_metric
     shown = {r.run_id: c.values.get(r.run_id, {}).get(metric) for r in c.runs}
     timed = [r for r in c.runs if shown[r.run_id] is not None]
+    if len(timed) < len(c.runs):  # a run with every step disturbed may be the fastest
+        unseen = next(r for r in c.runs if shown[r.run_id] is None)
+        return Outcome(None, None, None, None, _disturbed_result(unseen), c.statistic)
     if len(timed) < 2:
         return Outcome(None, None, None, None, "no winner: nothing to compare", c.statistic)
     ranked = sorted(timed, key=lambda r: shown[r.run_id] or 0.0)
@@ -463,12 +484,8 @@ def decide(c: Comparison) -> Outcome:
         return Outcome(fastest.name, runner.name, speedup, e, result, detail)
     if e.verdict == NO_CHANGE:
         result = f"no winner: {fastest.name} and {runner.name} within {c.margin_pct:g}%"
-    elif "disturbed" in e.reason and e.low is None:
-        worst = max((fastest, runner), key=lambda p: p.steps_disturbed / max(p.steps_read, 1))
-        result = (
-            f"no winner: insufficient data ({worst.name}: {worst.steps_disturbed} of "
-            f"{worst.steps_read} steps disturbed)"
-        )
+    elif any(_mostly_disturbed(p) for p in (fastest, runner)):
+        result = _disturbed_result(next(p for p in (fastest, runner) if _mostly_disturbed(p)))
     else:
         result = f"no winner: insufficient data ({fastest.name} vs {runner.name})"
     return Outcome(None, runner.name, None, e, result, detail)
@@ -580,7 +597,8 @@ def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) 
     for r, what, e in _gated(comparison, ops):
         if e.low is not None and e.low > limit:
             continue  # a regression, decided
-        few = e.ratio is None or "too few samples" in e.reason
+        # no interval: too few samples, or a side mostly disturbed by other processes
+        few = e.ratio is None or (e.verdict == INSUFFICIENT and (e.low is None or e.high is None))
         if few or (e.high is not None and e.high > limit):
             reason = (
                 e.reason
@@ -607,9 +625,9 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
     for metric in c.headline_metrics:
         row = [metric]
         for r in c.runs:
-            cell = _fmt(c.values[r.run_id][metric])
+            cell = _fmt(c.values[r.run_id].get(metric))
             if r.run_id != base:
-                cell += f" ({_signed_pct(c.headline_change_pct[r.run_id][metric])})"
+                cell += f" ({_signed_pct(c.headline_change_pct[r.run_id].get(metric))})"
             row.append(cell)
         body.append(row)
     op_head = ["op", *[r.name for r in c.runs]]

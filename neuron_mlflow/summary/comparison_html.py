@@ -95,7 +95,7 @@ def _kind(pct: float | None, is_base: bool) -> str:
 def _totals(c: Comparison) -> str:
     out = ['<div class="cmp" id="nm-totals">']
     for metric in (m for m in c.headline_metrics if m in LABELS):
-        values = [c.values[r.run_id][metric] for r in c.runs]
+        values = [c.values[r.run_id].get(metric) for r in c.runs]
         out.append(f'<div class="group" data-metric="{metric}">{LABELS[metric]}</div>')
         for r, value in zip(c.runs, values, strict=True):
             base = r.run_id == c.baseline
@@ -106,7 +106,7 @@ def _totals(c: Comparison) -> str:
                     LABELS[metric],
                     r.name,
                     value,
-                    max(values) or 1.0,
+                    max((v for v in values if v is not None), default=0.0) or 1.0,
                     _value(metric, value),
                     change,
                     _kind(pct, base),

@@ -177,7 +177,8 @@ def _steps(steps: list[Mapping[str, Any]]) -> str:
             0,
             f'<p class="note" id="nm-disturbed">{len(marked)} of {len(steps)} steps disturbed by '
             "other processes (marked \u26a0: this process's threads waited for a CPU at least "
-            "5 % of the step); comparisons leave them out.</p>",
+            "5 % of the step, or, where the wait is unknown, lost a CPU to another process); "
+            "comparisons leave them out.</p>",
         )
     for st in steps:
         bars = [("", st["wall_us"] / top, format_us(st["wall_us"]))]

@@ -154,3 +154,34 @@ def test_compare_leaves_disturbed_steps_out_and_says_when_they_are_most(tracking
         data["outcome"]["result"] == "no winner: insufficient data (busy: 18 of 20 steps disturbed)"
     )
     mlflow.set_tracking_uri(None)
+
+
+def test_the_gate_does_not_pass_a_side_that_other_processes_disturbed(tracking_uri, capsys) -> None:
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment("disturbed-gate")
+    base = _run_with_steps("base", [100.0 + (i % 3) for i in range(20)], [False] * 20)
+    # a real 1.5x regression, but 12 of 20 steps disturbed: the gate cannot decide (exit 3)
+    cand = _run_with_steps("slow", [150.0] * 20, [i % 5 != 0 for i in range(20)])
+    code = main(["compare", cand, "--baseline", base, "--fail-above", "10"])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "16 of 20 steps disturbed by other processes" in err
+    assert main(["compare", cand, "--baseline", base, "--fail-above", "10",
+                 "--allow-insufficient"]) == 0  # fmt: skip
+    mlflow.set_tracking_uri(None)
+
+
+def test_a_variant_with_every_step_disturbed_shows_no_value_and_no_winner(tracking_uri) -> None:
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment("disturbed-all")
+    steady = _run_with_steps("naive", [100.0 + (i % 3) for i in range(20)], [False] * 20)
+    fused = _run_with_steps("rms_norm", [80.0 + (i % 3) for i in range(20)], [False] * 20)
+    unseen = _run_with_steps("compiled", [500.0] * 20, [True] * 20)  # logged mean: 500
+    data = _compare(steady, fused, unseen)
+    assert "cpu_time_us" not in data["values"][unseen]  # not the logged 500 as a statistic
+    assert data["outcome"]["fastest"] is None
+    assert data["outcome"]["result"] == (
+        "no winner: insufficient data (compiled: 20 of 20 steps disturbed)"
+    )
+    assert data["estimates"][fused]["cpu_time_us"]["verdict"] == "improvement"
+    mlflow.set_tracking_uri(None)
