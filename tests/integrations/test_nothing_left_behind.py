@@ -6,7 +6,8 @@ decorated function's profiler is closed (or a ``with`` block raised): no thread 
 window, SIGUSR2 asks for a window: both ours while the job runs), and no exit hook of ours
 remains for the closed session. Each test first checks that the thread and the handlers were
 there while the job ran, so that their absence afterwards means something. The capture-request
-poller runs with its default period (the test set-up turns it off for other tests).
+poller runs (the test set-up turns it off for other tests), with a period longer than a test,
+so that its end never meets a poll under way on a busy machine.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from neuron_mlflow.engine import system_metrics
 from neuron_mlflow.integrations import decorator
 from tests.helpers import metric_history
 
-POLL_S = 10.0  # ProfilerConfig's default
+POLL_S = 60.0  # (ProfilerConfig's default: 10 s)
 CHECKED = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 
 
