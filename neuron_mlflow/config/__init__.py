@@ -178,9 +178,11 @@ class ProfilerConfig(BaseSettings):
         neuron: Neuron backend options, see :class:`NeuronOptions`.
         strict: re-raise failures of neuron-mlflow's own profiling/logging code instead of
             warning (meant for tests; the user's own exceptions always propagate).
-        upload_timeout_s: how long the end of a session (``close()``, the callback's
-            ``teardown``, process exit) waits for the background uploads; what is left stays
-            in the spool for ``neuron-mlflow sync``.
+        upload_timeout_s: how long ``wait()`` (the decorator's and the callback's) and the
+            exit of a process with an unclosed profiler wait for the background uploads, and
+            how long the worker goes on after the process ended (``close()`` and the
+            callback's ``teardown`` return at once); what is left stays in the spool for
+            ``neuron-mlflow sync``.
         poll_s: how often a background thread reads capture requests (the run tag
             ``neuron_mlflow.capture.request``, the file ``<local_dir>/capture``), answers
             them and writes the heartbeat; ``0`` turns polling off (docs/on-demand.md).
@@ -239,7 +241,7 @@ class ProfilerConfig(BaseSettings):
     neuron: NeuronOptions = Field(default_factory=NeuronOptions, description="Neuron options")
     strict: bool = Field(False, description="re-raise our own failures instead of warning")
     upload_timeout_s: float = Field(
-        60.0, ge=0, le=86400, description="wait for background uploads at exit (seconds)"
+        60.0, ge=0, le=86400, description="how long wait() waits for the uploads (seconds)"
     )
     poll_s: float = Field(
         10.0, ge=0, le=3600,
