@@ -507,7 +507,8 @@ class ProfilingSession:
         thread, no signal handler, no exit hook for this session). It does not wait for the
         uploads: the worker finishes them, even after this process ends; call :meth:`wait`
         first to have them in MLflow. (A window asked for on demand whose asker still waits
-        for its ``done`` answer is waited for, at most ``upload_timeout_s``.) Idempotent.
+        for its ``done`` answer is waited for, at most ``upload_timeout_s``; so are
+        neuron-monitor samples whose run comes with the worker's first upload.) Idempotent.
         """
         if self._closed:
             return
@@ -526,6 +527,12 @@ class ProfilingSession:
             signals.uninstall()
         if self._system is not None:
             system, self._system = self._system, None
+            system.sampler.stop()  # no more samples; those taken wait for their run
+            needs_run: bool | None = self.guarded(system.needs_run)
+            if needs_run and self._results.handed:
+                # the session's own run comes with the worker's first upload: without it the
+                # neuron-monitor samples would be lost (bounded, as wait() is)
+                self.guarded(self.wait, self.config.upload_timeout_s)
             self.guarded(system.stop)
 
     @property

@@ -107,6 +107,13 @@ class SystemMetrics:
             client.log_batch(run_id, metrics=metrics[i : i + CHUNK], synchronous=True)
         self.logged += len(metrics)
 
+    def needs_run(self) -> bool:
+        """True while samples wait for a run that is not known yet (the session's own run,
+        made by the worker with its first upload)."""
+        with self._lock:
+            waiting = bool(self._waiting)
+        return waiting and self._run_id() is None
+
     def stop(self) -> None:
         """Stop the sampler (process and thread) and log what is left. Idempotent."""
         _running.discard(self)
