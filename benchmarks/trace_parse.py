@@ -12,9 +12,10 @@ Run:  .venv/bin/python benchmarks/trace_parse.py [--sizes-mb 50,200,500,1000] [-
 ``--before REV --files A,B --repeat N`` compares instead the trace engine at git revision
 ``REV`` (exported to a temporary folder) with the working tree's, on the given files (or the
 largest file under ``../shared/traces``), each parse ``N`` times in its own fresh process,
-alternating before and after; no HTA needed:
+alternating before and after; no HTA needed. ``--generated-mb M`` adds a generated trace of
+about ``M`` MB with every CPU op first (``generate(path, M, cpu_first=True)``):
 
-    .venv/bin/python benchmarks/trace_parse.py --before b6dd293 --repeat 15
+    .venv/bin/python benchmarks/trace_parse.py --before b6dd293 --repeat 15 --generated-mb 50
 """
 
 from __future__ import annotations
@@ -224,6 +225,8 @@ def main() -> None:
     parser.add_argument("--files", default="", help="with --before: trace files (default: the "
                         "largest under ../shared/traces)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=15, help="with --before: parses each")
+    parser.add_argument("--generated-mb", type=int, default=0, help="with --before: also a "
+                        "generated trace of this size, CPU ops first")  # fmt: skip
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -234,7 +237,12 @@ def main() -> None:
         if not files:
             shared = ROOT.parent / "shared" / "traces"
             files = [max(shared.glob("*.json.gz"), key=lambda p: p.stat().st_size)]
-        before_and_after(args.before, files, args.repeat)
+        with tempfile.TemporaryDirectory() as work:
+            if args.generated_mb:
+                path = Path(work) / f"generated_{args.generated_mb}mb_cpu_first.json"
+                generate(path, args.generated_mb, cpu_first=True)
+                files.append(path)
+            before_and_after(args.before, files, args.repeat)
         return
     print(
         "| trace | neuron-mlflow s | HTA s | speed-up | neuron-mlflow peak MB "

@@ -87,18 +87,19 @@ class Links:
         """Add device events ``(kernel id, duration)`` to the launch with ``code``."""
         totals = self.totals
         if code >= 0:
-            index, total = totals.node_name[code], sum(dur for _, dur in events)
+            index, counted, chain, m_chain = totals.nodes[code]
+            total = 0 + events[0][1] if len(events) == 1 else sum(dur for _, dur in events)
             totals.self_device[index] += total
             totals.attributed += len(events)
             device_total = totals.device_total
-            for op in totals.node_chain[code]:
+            for op in chain:
                 device_total[op] += total
-            if not totals.node_counted[code]:
+            if not counted:
                 return
             totals.m_self_device[index] += total
             totals.m_attributed += len(events)
             device_total = totals.m_device_total
-            for op in totals.node_m_chain[code]:
+            for op in m_chain:
                 device_total[op] += total
         elif code != IN_MARKER:
             return
@@ -109,12 +110,13 @@ class Links:
 
     def launch(self, correlation: int, code: int) -> None:
         """Runtime call ``correlation`` was made where ``code`` says (see the module doc)."""
-        self.current[correlation] = code
-        if len(self.current) >= LAUNCHES_IN_MEMORY:
+        current = self.current
+        current[correlation] = code
+        if len(current) >= LAUNCHES_IN_MEMORY:
             if self.previous:
                 pairs = array("q", itertools.chain.from_iterable(self.previous.items()))
                 self.spilled.append(self.spill.write(pairs.tobytes()))
-            self.previous, self.current = self.current, {}
+            self.previous, self.current = current, {}
         waiting = self.waiting.pop(correlation, None)
         if waiting:
             self._attribute(code, waiting)
@@ -126,15 +128,18 @@ class Links:
             code = self.previous.get(correlation)
         if code is None:
             self.waiting.setdefault(correlation, []).append((kernel, duration))
-        elif code >= 0 and not self.totals.node_counted[code]:  # usual without markers: inline
+            return
+        if code >= 0:
             totals = self.totals
-            totals.self_device[totals.node_name[code]] += duration
-            totals.attributed += 1
-            device_total = totals.device_total
-            for op in totals.node_chain[code]:
-                device_total[op] += duration
-        else:
-            self._attribute(code, ((kernel, duration),))
+            index, counted, chain, _ = totals.nodes[code]
+            if not counted:  # the usual case without marked ranges: inline
+                totals.self_device[index] += duration
+                totals.attributed += 1
+                device_total = totals.device_total
+                for op in chain:
+                    device_total[op] += duration
+                return
+        self._attribute(code, ((kernel, duration),))
 
     def finish(self) -> None:
         """Link device events that still wait to launches spilled earlier."""

@@ -22,7 +22,7 @@ Example:
     >>> thread.pending.append((3.0, 1.0, launch, 7, 2))  # a runtime call inside "inner"
     >>> links = Links(totals, Spill())
     >>> thread.place_pending(links, final=True)
-    >>> totals.self_cpu, totals.count, totals.node_chain[links.current[7]]
+    >>> totals.self_cpu, totals.count, totals.nodes[links.current[7]][2]  # its device total's ops
     ([7.0, 2.0, 1.0], [1.0, 1.0, 1.0], (0, 1))
 """
 
@@ -64,6 +64,7 @@ class Thread:
         "blocks",
         "candidates",
         "check_at",
+        "columns",
         "durs",
         "exts",
         "folded",
@@ -74,7 +75,8 @@ class Thread:
         "links",
         "marked",
         "names",
-        "path",
+        "path_entries",
+        "path_nodes",
         "peek",
         "pending",
         "pid",
@@ -111,13 +113,26 @@ class Thread:
         # ends (folded) or has a second child, an operator or a runtime call (kept).
         self.candidates: dict[int, tuple[int, float, int, Entry]] = {}
         self.prev: Entry | None = None  # the entry replayed last (None: a call came after it)
-        # call paths of the stack's bottom entries, reused while they stay open
-        self.path: list[tuple[Entry, int]] = []
+        # call paths (``Totals.node``) of the stack's bottom entries, reused while they stay
+        # open: ``path_nodes[i]`` is the path of ``path_entries[i]``, a stack's entry i then
+        self.path_entries: list[Entry] = []
+        self.path_nodes: list[int] = []
         # launches made under a folding candidate wait until it is decided: (correlation,
-        # the stack up to the call's operator); ``folded``: ids of those decided "folded"
+        # the stack up to the call's operator); ``folded``: those decided "folded", by id
+        # (each kept alive here, so that no later entry can take its id)
         self.held: list[tuple[int, list[Entry]]] = []
-        self.folded: set[int] = set()
+        self.folded: dict[int, Entry] = {}
         self.links: Links | None = None
+        # the totals that the replay updates, bound once (they only grow in place)
+        self.columns = (
+            totals.count,
+            totals.self_cpu,
+            totals.total_cpu,
+            totals.m_count,
+            totals.m_self_cpu,
+            totals.m_total_cpu,
+            totals.names,
+        )
 
     def log(self, start: float, dur: float, index: int, ext: int = -1) -> None:
         """Log one operator (or marker: negative ``index``) of this thread, in start order."""
@@ -132,7 +147,7 @@ class Thread:
         """A folding candidate is decided: release the launches that waited on it."""
         if self.held:
             if folded:
-                self.folded.add(id(child))
+                self.folded[id(child)] = child
             self._release()
 
     def _fold(self, entry: Entry) -> None:
@@ -189,30 +204,25 @@ class Thread:
         self.head = zip(starts, durs, names, exts)  # noqa: B905 (same length by construction)
         return True
 
-    def _ops(self) -> Iterator[tuple[float, float, int, int]]:
-        if self.peek is not None:
-            peek, self.peek = self.peek, None
-            return itertools.chain((peek,), self.head)
-        return self.head
-
     def replay(self, until: float, before: bool = False) -> None:
         """Replay the logged operators that start at or before ``until`` (``before``: only
         those that start before it): the whole view, and the marked view (the rules of
         ``trace.rules``) when the trace has markers."""
         if until > self.replayed_to:
             self.replayed_to = until
-        totals, stack, marks, pid = self.totals, self.stack, self.totals.marks, self.pid
-        count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
-        m_count, m_self, m_total = totals.m_count, totals.m_self_cpu, totals.m_total_cpu
+        totals, stack, candidates = self.totals, self.stack, self.candidates
+        count, self_cpu, total_cpu, m_count, m_self, m_total, names = self.columns
         span_start, span_end = totals.span_start, totals.span_end
-        candidates = self.candidates
-        marked = self.marked
+        marked, marks, pid = self.marked, totals.marks, self.pid
         top_level = m_top = 0
-        ops = self._ops()
+        ops = self.head
+        if self.peek is not None:  # the operator the last replay stopped at comes first
+            ops = itertools.chain((self.peek,), ops)
+            self.peek = None
         while True:
             for op in ops:
                 start, dur, index, ext = op
-                if start > until or (before and start == until):
+                if start >= until and (start > until or before):
                     self.peek = op
                     break
                 while stack and stack[-1][0] <= start:
@@ -242,8 +252,11 @@ class Thread:
                     parent, state = entry[1], entry[2]
                     if parent >= 0:
                         self_cpu[parent] -= dur
-                    if (candidates or entry is self.prev) and self._child(entry, index):
-                        fold = entry
+                    if candidates:
+                        if self._child(entry, index):
+                            fold = entry
+                    elif entry is self.prev and parent >= 0 and names[parent] == names[index]:
+                        fold = entry  # a first child of the same name (``_child``, inlined)
                     if state == COUNTED:
                         m_self[parent] -= dur
                     elif state == MARKER:
@@ -257,17 +270,19 @@ class Thread:
                     m_count[index] += 1
                     m_total[index] += dur
                     m_self[index] += dur
-                self.prev = (end, index, state, ext)
+                prev = self.prev = (end, index, state, ext)
                 if fold is not None:
-                    candidates[id(fold)] = (index, dur, state, self.prev)
-                stack.append(self.prev)
+                    candidates[id(fold)] = (index, dur, state, prev)
+                stack.append(prev)
             else:
                 if self._load():
                     ops = self.head
                     continue
             break
-        totals.top_level += top_level
-        totals.m_top_level += m_top
+        if top_level:
+            totals.top_level += top_level
+        if m_top:
+            totals.m_top_level += m_top
         totals.span_start, totals.span_end = span_start, span_end
 
     def _pop_ended(self, ts: float) -> None:
@@ -287,27 +302,25 @@ class Thread:
                 return i if end <= stack[i][0] else -1
         return -1
 
-    def _path(self, entries: list[Entry], length: int, cache: bool) -> int:
-        """The call path (``Totals.node``) of ``entries[length - 1]``, an operator, under
-        ``entries[:length - 1]`` (a stack's bottom part; markers are transparent)."""
-        path, node, i = self.path, -1, 0
-        if cache:  # reuse the paths of the entries still open since the last call
-            n = min(len(path), length)
-            while i < n and path[i][0] is entries[i]:
-                i += 1
-            del path[i:]
-            node = path[i - 1][1] if i else -1
-        totals, folded = self.totals, self.folded
-        node_ids = totals.node_ids
-        for j in range(i, length):
-            entry = entries[j]
+    def _path(self, entries: list[Entry]) -> int:
+        """The call path (``Totals.node``) of ``entries[-1]``, an operator, under the
+        entries before it (markers are transparent), worked out afresh: for launches
+        that waited (``held``), whose entries may be closed and folded by now.
+
+        Open entries' paths are cached in ``path_entries``/``path_nodes`` (``path_nodes[i]``
+        the path of ``path_entries[i]``, the stack's entry i when it was worked out;
+        ``place_pending`` does this inline): an entry is pushed once, over entries that stay
+        until it is popped, so while it is still in its place so are those under it, and
+        their cached paths hold.
+        """
+        totals, folded, node = self.totals, self.folded, -1
+        kids = totals.node_kids
+        for entry in entries:
             index = entry[1]
             if index >= 0:
-                key = (node, index, entry[2] == COUNTED, bool(folded) and id(entry) in folded)
-                known = node_ids.get(key)
-                node = totals.node(*key) if known is None else known
-            if cache:
-                path.append((entry, node))
+                key = index << 2 | (entry[2] == COUNTED) << 1 | (id(entry) in folded)
+                found = kids[node + 1].get(key)
+                node = totals.new_node(node, key) if found is None else found
         return node
 
     def _release(self) -> None:
@@ -319,44 +332,9 @@ class Thread:
             if waiting and any(id(e) in waiting for e in entries):
                 self.held.append((correlation, entries))
             else:
-                self.links.launch(correlation, self._path(entries, len(entries), cache=False))
+                self.links.launch(correlation, self._path(entries))
         if not self.held:
             self.folded.clear()
-
-    def _call(self, at: int, dur: float, index: int, correlation: int, links: Links) -> None:
-        """A runtime call ``index`` made by the operator at stack position ``at``: a row of
-        its own (one call, its time), out of that operator's self time; its device events
-        go to that operator's call path."""
-        stack = self.stack
-        entry = stack[at]
-        parent, state = entry[1], entry[2]
-        if parent < 0:  # made directly inside a marked range: not a row, its device time counts
-            if correlation >= 0:
-                links.launch(correlation, IN_MARKER)
-            return
-        candidates = self.candidates
-        if candidates and id(entry) in candidates:  # a second child: keep the first
-            self._decided(candidates.pop(id(entry))[3], False)
-        if entry is self.prev:  # its first child: a same-name operator after it is not folded
-            self.prev = None
-        totals = self.totals
-        totals.count[index] += 1
-        totals.self_cpu[index] += dur
-        totals.total_cpu[index] += dur
-        totals.self_cpu[parent] -= dur
-        if state == COUNTED:
-            totals.m_count[index] += 1
-            totals.m_self_cpu[index] += dur
-            totals.m_total_cpu[index] += dur
-            totals.m_self_cpu[parent] -= dur
-        if correlation < 0:
-            return
-        if candidates:
-            waiting = {id(c[3]) for c in candidates.values()}
-            if any(id(e) in waiting for e in stack[: at + 1]):
-                self.held.append((correlation, stack[: at + 1]))
-                return
-        links.launch(correlation, self._path(stack, at + 1, cache=True))
 
     def place_pending(self, links: Links, final: bool = False) -> None:
         """Place the waiting runtime calls that all later operators start after.
@@ -371,28 +349,109 @@ class Thread:
             ready = min(ready - LAUNCH_WINDOW, bisect.bisect_left(pending, (self.last_start,)))
         if ready > 0 and pending[0][0] < self.placed_until:
             raise OutOfOrder("runtime calls of a thread out of time order beyond the window")
-        stack = self.stack
-        for ts, dur, index, correlation, ext in pending[:ready]:
+        # The hot loop, once per runtime call: what nearly every call takes is inlined here
+        # (closing the operators that ended, the innermost one's External id, the call's
+        # row, its call path; the rare steps stay in ``_pop_ended``, ``_find``, ``_path``),
+        # and ``replay`` is entered only when a logged operator starts early enough to
+        # matter (``peek``: the next one; None when not known).
+        stack, candidates, replay = self.stack, self.candidates, self.replay
+        totals, launch = self.totals, links.launch
+        path_entries, path_nodes = self.path_entries, self.path_nodes
+        folded, node_kids, new_node = self.folded, totals.node_kids, totals.new_node
+        count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
+        m_count, m_self, m_total = totals.m_count, totals.m_self_cpu, totals.m_total_cpu
+        for ts, dur, index, correlation, ext in itertools.islice(pending, ready):
+            peek = self.peek
             if ext >= 0:  # the operator the call names, even where its ends tie with others'
-                self.replay(ts, before=True)
-                self._pop_ended(ts)
-                at = self._find(ext, ts + dur)
-                if at < 0:  # or one that starts with the call
+                if peek is None or peek[0] < ts:
+                    replay(ts, before=True)
+                    peek = self.peek
+                while stack and stack[-1][0] < ts:  # ended before the call
+                    popped = stack.pop()
+                    if candidates:
+                        self._fold(popped)
+                at = len(stack) - 1
+                if at >= 0 and stack[at][3] == ext:  # usually the innermost one
+                    if ts + dur > stack[at][0]:
+                        at = -1
+                else:
+                    at = self._find(ext, ts + dur)
+                if at < 0 and peek is not None and peek[0] == ts:  # or one starting with it
                     top = stack[-1] if stack else None
-                    self.replay(ts)
+                    replay(ts)
                     self._pop_ended(ts)
                     if stack and stack[-1] is not top:
                         at = self._find(ext, ts + dur)
             else:
-                self.replay(ts)
-                self._pop_ended(ts)
+                if peek is None or peek[0] <= ts:
+                    replay(ts)
+                while stack and stack[-1][0] < ts:
+                    popped = stack.pop()
+                    if candidates:
+                        self._fold(popped)
                 at = -1
             if at < 0:  # else the innermost operator open at the call's start
                 at = len(stack) - 1
-            if at >= 0:
-                self._call(at, dur, index, correlation, links)
-            elif correlation >= 0:
-                links.launch(correlation, -1)
+                if at < 0:
+                    if correlation >= 0:
+                        launch(correlation, -1)
+                    continue
+            # the call: a row of its own (one call, its time), out of its operator's self
+            # time; its device events go to that operator's call path
+            entry = stack[at]
+            parent, state = entry[1], entry[2]
+            if parent < 0:  # directly inside a marked range: not a row, its device time counts
+                if correlation >= 0:
+                    launch(correlation, IN_MARKER)
+                continue
+            if candidates and id(entry) in candidates:  # a second child: keep the first
+                self._decided(candidates.pop(id(entry))[3], False)
+            if entry is self.prev:  # its first child: a same-name operator after it is not folded
+                self.prev = None
+            count[index] += 1
+            self_cpu[index] += dur
+            total_cpu[index] += dur
+            self_cpu[parent] -= dur
+            if state == COUNTED:
+                m_count[index] += 1
+                m_self[index] += dur
+                m_total[index] += dur
+                m_self[parent] -= dur
+            if correlation < 0:
+                continue
+            if candidates:
+                waiting = {id(c[3]) for c in candidates.values()}
+                if any(id(e) in waiting for e in stack[: at + 1]):
+                    self.held.append((correlation, stack[: at + 1]))
+                    continue
+            # its call path (``_path``, inlined): known while it stays open, else worked out
+            # from the deepest entry under it whose path is known
+            known = len(path_entries)
+            if at < known and path_entries[at] is entry:
+                launch(correlation, path_nodes[at])
+                continue
+            i = at if at < known else known
+            while i and path_entries[i - 1] is not stack[i - 1]:
+                i -= 1
+            node = path_nodes[i - 1] if i else -1
+            for j in range(i, at + 1):
+                entry = stack[j]
+                op = entry[1]
+                if op >= 0:  # markers are transparent
+                    key = op << 2 | (entry[2] == COUNTED) << 1
+                    if folded and id(entry) in folded:
+                        key |= 1
+                    found = node_kids[node + 1].get(key)
+                    node = new_node(node, key) if found is None else found
+                if j < known:
+                    path_entries[j] = entry
+                    path_nodes[j] = node
+                else:
+                    path_entries.append(entry)
+                    path_nodes.append(node)
+            launch(correlation, node)
+        if ready > 0 and pending[ready - 1][0] > self.replayed_to:
+            self.replayed_to = pending[ready - 1][0]
         if ready > 0:
             self.placed_until = pending[ready - 1][0]
         self.pending = pending[ready:]

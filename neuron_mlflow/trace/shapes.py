@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
+
+import msgspec
 
 FLOP_OPS = frozenset(
     {
@@ -33,11 +36,22 @@ FLOP_OPS = frozenset(
 )
 """Operators torch estimates FLOPs for (others have none)."""
 _MATRICES = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
+_LISTS_OF_INTS = re.compile(r"[\[\]0-9, ]*")
+"""Text that can only be (nested) lists of non-negative integers, as torch writes shapes."""
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)``, the same values and errors (``ValueError``), in a fraction of
+    the time for the usual text of shapes (once per distinct input signature: many in a
+    ``record_shapes`` trace)."""
+    if _LISTS_OF_INTS.fullmatch(text):
+        return msgspec.json.decode(text)  # its DecodeError is a ValueError
+    return json.loads(text)
 
 
 def _ints(text: str) -> list[int] | None:
     try:
-        value = json.loads(text)
+        value = _loads(text)
     except ValueError:
         return None
     if isinstance(value, int):
@@ -77,14 +91,14 @@ def flops(name: str, input_dims: str, concrete_inputs: str | None) -> int | None
     if name not in FLOP_OPS:
         return None
     try:
-        dims = json.loads(input_dims)
+        dims = _loads(input_dims)
     except ValueError:
         return None
     if not isinstance(dims, list) or not dims or not all(isinstance(d, list) for d in dims):
         return None
     if name == "aten::conv2d":
         try:
-            concrete = json.loads(concrete_inputs or "[]")
+            concrete = _loads(concrete_inputs or "[]")
         except ValueError:
             return None
         return _conv2d(dims, concrete if isinstance(concrete, list) else [])
@@ -108,6 +122,9 @@ def shapes_text(input_dims: str) -> str:
         '[[32, 64], [64, 64], []]'
     """
     try:
+        if _LISTS_OF_INTS.fullmatch(input_dims):  # lists of integers, once checked valid:
+            msgspec.json.decode(input_dims)  # json.dumps writes the same digits, ", " between
+            return input_dims.replace(" ", "").replace(",", ", ")  # items, no other spaces
         return json.dumps(json.loads(input_dims))
     except ValueError:
         return input_dims

@@ -44,7 +44,7 @@ from typing import Any
 from neuron_mlflow.errors import OutOfOrder
 from neuron_mlflow.trace import links as _links
 from neuron_mlflow.trace import replay as _replay
-from neuron_mlflow.trace.events import add_marker, op_id, other_event, runtime_call
+from neuron_mlflow.trace.events import add_marker, op_id, other_event
 from neuron_mlflow.trace.links import Busy, Links, Spill
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.replay import MARKERS, Thread
@@ -73,6 +73,11 @@ def streaming_pass(stream: TraceStream) -> Totals:
     links = Links(totals, spill)
     busy = Busy()
     busy_add, busy_pending, busy_limit = busy.add, busy.pending, 2 * _links.REORDER_EVENTS
+    kernel_us, labels_add = totals.kernel_us, totals.labels.add
+    # the thread of the last operator or runtime call: usually the next one's too
+    last_pid: Any = object()
+    last_tid: Any = object()
+    thread: Thread | None = None
     try:
         for batch in stream.batches():
             for event in batch:
@@ -89,19 +94,21 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     if marker and name.startswith(STEP_MARKER):
                         totals.step_marker(cat, start, dur)
                         continue
-                    key = (event.pid, event.tid)
-                    thread = threads.get(key)
-                    if thread is None:
-                        thread = threads[key] = Thread(totals, spill, event.pid)
+                    if event.tid != last_tid or event.pid != last_pid or thread is None:
+                        last_pid, last_tid = event.pid, event.tid
+                        thread = threads.get((last_pid, last_tid))
+                        if thread is None:
+                            thread = threads[last_pid, last_tid] = Thread(totals, spill, last_pid)
                     if start <= thread.last_start and (
                         start < thread.last_start or dur > thread.last_dur
                     ):
+                        key = (event.pid, event.tid)
                         raise OutOfOrder(f"operators of thread {key} out of start order")
                     thread.last_start = start
                     thread.last_dur = dur
                     args = event.args
                     if marker:
-                        index = add_marker(totals, threads, key, event)
+                        index = add_marker(totals, threads, (event.pid, event.tid), event)
                     elif args is not None and args.input_dims:
                         index = op_id(totals, event)
                     else:
@@ -116,15 +123,40 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     if len(thread.starts) >= _replay.BLOCK_OPS:
                         thread.spill_tail()
                 elif cat in RUNTIME_CATEGORIES:  # a row of its own, inside its operator
-                    key = (event.pid, event.tid)
-                    thread = threads.get(key)
-                    if thread is None:
-                        thread = threads[key] = Thread(totals, spill, event.pid)
-                    thread.pending.append(runtime_call(totals, event))
+                    if event.tid != last_tid or event.pid != last_pid or thread is None:
+                        last_pid, last_tid = event.pid, event.tid
+                        thread = threads.get((last_pid, last_tid))
+                        if thread is None:
+                            thread = threads[last_pid, last_tid] = Thread(totals, spill, last_pid)
+                    # its pending entry (``events.runtime_call``, inlined: once per call)
+                    index = ids.get(event.name)  # type: ignore[assignment]
+                    if index is None:
+                        index = totals.add_name(event.name)
+                    args = event.args
+                    if args is None:
+                        thread.pending.append((event.ts, event.dur, index, -1, -1))
+                    else:
+                        correlation, ext = args.correlation, args.external_id
+                        if ext is None:
+                            ext = args.legacy_external_id
+                        thread.pending.append(
+                            (
+                                event.ts,
+                                event.dur,
+                                index,
+                                -1 if correlation is None else correlation,
+                                -1 if ext is None else ext,
+                            )
+                        )
                     if len(thread.pending) >= thread.check_at:
                         thread.place_pending(links)
-                elif cat in DEVICE_CATEGORIES:
-                    kernel = totals.device_event(cat, event.name, event.dur)
+                elif cat in DEVICE_CATEGORIES:  # ``Totals.device_event``, inlined
+                    labels_add(DEVICE_CATEGORIES[cat])
+                    totals.device_events += 1
+                    kernel = ids.get(event.name)
+                    if kernel is None:
+                        kernel = totals.add_name(event.name)
+                    kernel_us[kernel] = kernel_us.get(kernel, 0.0) + event.dur
                     busy_add((event.ts, event.ts + event.dur))
                     if len(busy_pending) >= busy_limit:
                         busy.flush()

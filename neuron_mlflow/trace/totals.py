@@ -46,6 +46,23 @@ MEMORY_DEVICES = {0: "cpu", 1: "cuda", 19: "mtia", 20: "neuron"}
 """c10 ``DeviceType`` numbers of ``[memory]`` events, as metric names (ROCm reports cuda)."""
 
 
+Node = tuple[int, bool, tuple[int, ...], tuple[int, ...]]
+"""A call path (``Totals.nodes``): its operator's name id, whether that operator counts in the
+marked view, and the name ids that get its device time in their device total, in the
+*all* view and in the marked view (an operator folded into its parent is left out)."""
+
+
+def node_key(index: int, counted: bool, folded: bool) -> int:
+    """A call path's key among its parent's children (``Totals.node_kids``): the operator's
+    name id, whether it counts in the marked view, whether it is folded into its parent.
+
+    Example:
+        >>> node_key(5, True, False), node_key(5, False, True)
+        (22, 21)
+    """
+    return index << 2 | counted << 1 | folded
+
+
 @dataclass
 class View:
     """One view's window totals per name id (microseconds), as :func:`_result` reads them."""
@@ -123,11 +140,9 @@ class Totals:
     flops: dict[int, int] = field(default_factory=dict)
     memory: dict[Any, tuple[array[Any], array[Any], array[Any]]] = field(default_factory=dict)
     step_ranges: list[tuple[float, float]] = field(default_factory=list)
-    node_ids: dict[tuple[int, int, bool, bool], int] = field(default_factory=dict)
-    node_name: list[int] = field(default_factory=list)
-    node_counted: list[bool] = field(default_factory=list)
-    node_chain: list[tuple[int, ...]] = field(default_factory=list)
-    node_m_chain: list[tuple[int, ...]] = field(default_factory=list)
+    # call path -> its children: ``node_kids[parent + 1][node_key(index, counted, folded)]``
+    node_kids: list[dict[int, int]] = field(default_factory=lambda: [{}])
+    nodes: list[Node] = field(default_factory=list)
 
     def add_name(self, name: str) -> int:
         """Give ``name`` the next id, with zeroed totals (the caller checked ``ids``)."""
@@ -163,19 +178,25 @@ class Totals:
             >>> a, b = totals.name_id("aten::linear"), totals.name_id("aten::addmm")
             >>> outer = totals.node(-1, a, True)
             >>> inner = totals.node(outer, b, True)
-            >>> totals.node_chain[inner], totals.node_name[inner], totals.node(-1, a, True)
-            ((0, 1), 1, 0)
+            >>> totals.nodes[inner], totals.node(-1, a, True)
+            ((1, True, (0, 1), (0, 1)), 0)
         """
-        key = (parent, index, counted, folded)
-        node = self.node_ids.get(key)
-        if node is None:
-            node = self.node_ids[key] = len(self.node_name)
-            chain = self.node_chain[parent] if parent >= 0 else ()
-            m_chain = self.node_m_chain[parent] if parent >= 0 else ()
-            self.node_name.append(index)
-            self.node_counted.append(counted)
-            self.node_chain.append(chain if folded else (*chain, index))
-            self.node_m_chain.append(m_chain if folded or not counted else (*m_chain, index))
+        key = node_key(index, counted, folded)
+        node = self.node_kids[parent + 1].get(key)
+        return self.new_node(parent, key) if node is None else node
+
+    def new_node(self, parent: int, key: int) -> int:
+        """Intern the call path ``key`` (:func:`node_key`) under path ``parent``, which the
+        caller found missing from ``node_kids[parent + 1]``."""
+        index, counted, folded = key >> 2, bool(key & 2), bool(key & 1)
+        node = self.node_kids[parent + 1][key] = len(self.nodes)
+        self.node_kids.append({})
+        chain, m_chain = self.nodes[parent][2:] if parent >= 0 else ((), ())
+        if not folded:
+            chain = (*chain, index)
+            if counted:
+                m_chain = (*m_chain, index)
+        self.nodes.append((index, counted, chain, m_chain))
         return node
 
     def name_id(self, name: str) -> int:
