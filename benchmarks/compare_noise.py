@@ -1,7 +1,8 @@
 """A/A and A/B: does ``neuron-mlflow compare --fail-above 10`` tell a real change from noise?
 
 The same profiled function (``nm.profile``, CPU backend: ``N`` matrix multiplies a step) runs in
-separate processes, one after another, each its own MLflow run with 3 windows of 20 steps
+separate processes, one after another and interleaved (a run of each group a turn, as the main
+job interleaves its variants), each its own MLflow run with 3 windows of 20 steps
 (``Schedule(wait=5, warmup=2, active=20, repeat=3)``), into one SQLite store. Then
 ``neuron-mlflow compare CAND --baseline BASE --fail-above 10 --format json`` runs over
 ordered pairs of runs (the gate on the headline time, self CPU time here):
@@ -119,9 +120,14 @@ def _marked(data: dict, cand: str) -> list[str]:
 def run_benchmark(runs: int, size: int, uri: str, spool: str) -> dict:
     """Run the A/A, A/B and 1.05x groups; return the counts (see the module docstring)."""
     started = time.monotonic()
-    a_runs = [_spawn(BASE_MATMULS, "aa", size, uri, spool) for _ in range(runs)]
-    b_runs = [_spawn(26, "ab", size, uri, spool) for _ in range(max(runs - 1, 1))]
-    c_runs = [_spawn(21, "ac", size, uri, spool) for _ in range(3 if runs >= 3 else 1)]
+    counts = {"aa": runs, "ab": max(runs - 1, 1), "ac": 3 if runs >= 3 else 1}
+    matmuls = {"aa": BASE_MATMULS, "ab": 26, "ac": 21}
+    spawned: dict[str, list[str]] = {group: [] for group in counts}
+    for turn in range(runs):  # interleaved, a run of each group a turn: a slow minute of the
+        for group, count in counts.items():  # machine falls on every group, not on one
+            if turn < count:
+                spawned[group].append(_spawn(matmuls[group], group, size, uri, spool))
+    a_runs, b_runs, c_runs = spawned["aa"], spawned["ab"], spawned["ac"]
     os.environ["MLFLOW_TRACKING_URI"] = uri
     result: dict = {"runs": runs, "size": size, "matmuls": [BASE_MATMULS, 26, 21]}
     codes, ratios = [], []
@@ -151,15 +157,17 @@ def run_benchmark(runs: int, size: int, uri: str, spool: str) -> dict:
         "ratios": [round(e["ratio"], 3) for e in estimates],
         "lows": [round(e["low"] or 0, 3) for e in estimates],
     }
-    codes, verdicts = [], []
+    codes, estimates = [], []
     for base, cand in itertools.product(a_runs, c_runs):
         code, data = _compare(base, cand)
         codes.append(code)
-        verdicts.append(data["estimates"][cand][data["time_metric"]]["verdict"])
+        estimates.append(data["estimates"][cand][data["time_metric"]])
+    verdicts = [e["verdict"] for e in estimates]
     result["small"] = {
         "pairs": len(codes),
         "regressions": codes.count(1),
         "verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+        "ratios": [round(e["ratio"], 3) for e in estimates],
     }
     result["seconds"] = round(time.monotonic() - started, 1)
     return result

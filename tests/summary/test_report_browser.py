@@ -164,13 +164,18 @@ def test_comparison_in_the_mlflow_ui(browser, recipe, tmp_path: Path) -> None:
         "#nm-totals .cmp-bar", "bars => bars.map(b => b.dataset.run)"
     )
     assert totals == list(VARIANTS) * 3  # on CPU: self CPU time, wall time, op calls
+    # the bars show the comparison's values (10th-percentile step of every window's steps):
+    # what `neuron-mlflow compare` prints for the same runs
+    compared = json.loads(
+        run_python(
+            ["-m", "neuron_mlflow.cli", "compare", *(children[v] for v in VARIANTS), "--format",
+             "json"],
+            recipe["uri"],
+        )
+    )  # fmt: skip
     for variant in VARIANTS:
         run = children[variant]
-        window = _window(client, run)
-        local = Path(client.download_artifacts(run, f"{window}/summary.json", tempfile.mkdtemp()))
-        ops = {
-            op["name"]: op["self_cpu_us"] for op in json.loads(local.read_text())["summary"]["ops"]
-        }
+        ops = {row["op"]: row["values"][run] for row in compared["ops"]}
         bars = frame.eval_on_selector_all(
             f'#nm-op-chart .cmp-bar[data-run="{variant}"][data-value]',
             "bars => bars.map(b => [b.dataset.title, parseFloat(b.dataset.value)])",

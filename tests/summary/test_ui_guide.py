@@ -144,7 +144,8 @@ def test_the_readme_ui_section_leads_to_the_result_the_report_and_the_comparison
     search = page.get_by_placeholder("Search columns")
     for column in columns:
         search.fill(column)
-        page.locator("[role=dialog] .du-bois-light-tree-treenode", has_text=column).last.click()
+        exact = re.compile(rf"^\s*{re.escape(column)}\s*$")  # `result`, not `result_detail`
+        page.locator("[role=dialog] .du-bois-light-tree-treenode", has_text=exact).last.click()
     page.keyboard.press("Escape")
     headers = page.eval_on_selector_all("[role=columnheader]", "els => els.map(e => e.innerText)")
     assert set(columns) <= set(headers), headers
