@@ -9,7 +9,8 @@ from tests.helpers import ROOT, parent_and_children, run_python
 
 
 def _run_recipe(tracking_uri: str, variants: str, experiment: str) -> str:
-    args = ["--rows", "8", "--hidden", "32", "--warmup", "1", "--active", "2", "--backend", "cpu"]
+    args = ["--rows", "8", "--hidden", "32", "--warmup", "1", "--active", "2", "--repeat", "3"]
+    args += ["--backend", "cpu"]
     return run_python(
         [
             str(ROOT / "recipes" / "rmsnorm.py"),
