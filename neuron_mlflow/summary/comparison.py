@@ -264,6 +264,11 @@ class Outcome:
     detail: str
 
 
+def _mostly_disturbed(p: RunProfile) -> bool:
+    """More than :data:`MAX_DISTURBED_SHARE` of the run's steps disturbed: no verdict."""
+    return p.steps_read > 0 and p.steps_disturbed > MAX_DISTURBED_SHARE * p.steps_read
+
+
 def _disturbance(e: Estimate, sides: Sequence[RunProfile]) -> Estimate:
     """``e`` with the disturbed steps of its sides said: no verdict when a side has more than
     :data:`MAX_DISTURBED_SHARE` of its steps disturbed by other processes."""
@@ -273,7 +278,7 @@ def _disturbance(e: Estimate, sides: Sequence[RunProfile]) -> Estimate:
     said = f"{worst.steps_disturbed} of {worst.steps_read} steps disturbed by other processes" + (
         f" ({worst.name})" if len(sides) > 1 else ""
     )
-    if worst.steps_disturbed > MAX_DISTURBED_SHARE * worst.steps_read:
+    if _mostly_disturbed(worst):
         return replace(e, verdict=INSUFFICIENT, low=None, high=None, reason=said)
     return replace(e, reason=f"{e.reason}; {said}, left out")
 
@@ -418,10 +423,6 @@ def _shown(r: RunProfile, series: str, logged: float | None) -> float | None:
     if found is None and r.steps_read and r.steps_disturbed == r.steps_read:
         return None
     return logged if found is None else found
-
-
-def _mostly_disturbed(p: RunProfile) -> bool:
-    return p.steps_read > 0 and p.steps_disturbed > MAX_DISTURBED_SHARE * p.steps_read
 
 
 def _disturbed_result(p: RunProfile) -> str:
