@@ -71,7 +71,7 @@ def stage_ns(variant: str, steps: int) -> float:
 def session_ns(variant: str, steps: int) -> float:
     """ns per step of ProfilingSession.begin_step + end_step (a decorated call's engine calls)."""
     config = _config(variant, tempfile.mkdtemp())
-    session = ProfilingSession(config, upload=False, system_metrics=False)
+    session = ProfilingSession(config, upload=False)
     begin, end = session.begin_step, session.end_step
     started = time.perf_counter_ns()
     for _ in range(steps):

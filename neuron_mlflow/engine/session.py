@@ -52,6 +52,7 @@ from neuron_mlflow.engine.finish import (
 )
 from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
+from neuron_mlflow.engine.options import Options
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.worker import Job, SkewRequest, WorkerClient
@@ -214,71 +215,56 @@ class ProfilingSession:
     """Capture windows by schedule, summarise them, spool them, and log them to MLflow.
 
     Args:
-        config: the configuration.
+        options: who this process is and where its windows go
+            (:class:`~neuron_mlflow.engine.options.Options`, the same record for every front
+            end); a bare ``ProfilerConfig`` stands for ``Options(config)``.
         prefix: the metric prefix ``P``; defaults to ``config.metric_prefix``.
-        run_id: run to log into when no MLflow run is active.
-        upload: ``False`` keeps windows in the spool only (pending).
-        tracking_uri: the tracking server; ``None`` means what MLflow resolves at upload.
-        rank: global rank and world size; default from ``torch.distributed`` or the
-            environment.
+        upload: ``False`` keeps windows in the spool only (pending); default
+            ``options.upload``.
         metric_step: returns the metric step of a finishing window; default: its last step.
         skip_windows: indexes of windows never to capture (already logged, e.g. before a
             resume); the caller may add to the set as it goes.
-        traces_only: upload only the trace folder (for ranks other than 0, whose metrics,
-            summaries, params and tags rank 0 logs).
-        follow_active_run: ``False`` ignores an active MLflow run (``run_id`` decides).
-        job_id: the job's id, decided once by rank 0 and shared by every rank: written into
-            every window's manifest so that an offline job's ranks sync into one run.
-        system_metrics: start the ``neuron-monitor`` sampler with the session when
-            ``neuron.system_metrics`` asks for it (the Lightning callback runs its own).
-        capture_ranks: the global ranks that capture (rank 0's worker logs the rank skew
-            over them); default: every rank.
-        rank_metrics: log this rank's own times as ``P/rank/<r>/...`` (always when there
-            are several ranks).
-        on_demand: read capture requests and run the slow-step trigger for this session's
-            steps (:mod:`neuron_mlflow.engine.capture_requests`; the Lightning callback runs
-            its own per stage).
 
     Raises:
         BackendUnavailableError: the configured backend cannot run here.
 
-    The run of a window is the MLflow run active when the window ended, else ``run_id``,
-    else a run this session creates once and reuses for later windows.
+    The run of a window is the MLflow run active when the window ended (unless
+    ``options.follow_active_run`` is off), else ``options.run_id``, else a run this session
+    creates once and reuses for later windows. A session of an attached front end
+    (``options.attached``) leaves the system metrics and capture requests to it and logs
+    this rank's own times as ``P/rank/<r>/...``; any other session runs its own.
     """
 
     def __init__(
         self,
-        config: ProfilerConfig,
+        options: Options | ProfilerConfig,
         *,
         prefix: str | None = None,
-        run_id: str | None = None,
-        upload: bool = True,
-        tracking_uri: str | None = None,
-        rank: tuple[int, int] | None = None,
+        upload: bool | None = None,
         metric_step: Callable[[], int] | None = None,
         skip_windows: set[int] | None = None,
-        traces_only: bool = False,
-        follow_active_run: bool = True,
-        job_id: str | None = None,
-        system_metrics: bool = True,
-        capture_ranks: tuple[int, ...] | None = None,
-        rank_metrics: bool = False,
-        on_demand: bool = True,
     ) -> None:
-        self.config = config
-        self._guard = Guard(config.strict, self._turn_off)  # (the config is frozen)
+        if isinstance(options, ProfilerConfig):
+            options = Options(options)
+        self.options = options
+        config = self.config = options.config
+        self._guard = Guard(config.strict, self.turn_off)  # (the config is frozen)
         self.prefix = prefix or config.metric_prefix
         self.backend = resolve_backend(config.backend, config)
-        self.upload_enabled = upload
+        self.upload_enabled = options.upload if upload is None else upload
         self.step_num = 0
-        self.target = RunTarget(run_id, tracking_uri, follow_active_run)
-        self._rank_info = rank
+        self.target = RunTarget(options.run_id, options.tracking_uri, options.follow_active_run)
+        self._rank_info = (
+            (options.rank, options.world_size)
+            if options.rank is not None and options.world_size is not None
+            else None
+        )
         self._metric_step = metric_step
         self.skip_windows = skip_windows if skip_windows is not None else set()
         self._requested: list[tuple[Window, str]] = []
         self._requested_ever: list[Window] = []
-        self._traces_only = traces_only
-        self.job_id = job_id
+        self._traces_only = options.traces_only
+        self.job_id = options.job_id
         self._spool = Spool(Path(config.local_dir).absolute())
         self._session_dir: Path | None = None
         self._capture: LiveWindow | None = None
@@ -298,21 +284,22 @@ class ProfilingSession:
         self._live: LiveEnd | None = None
         self._stopped: LiveWindow | None = None  # the last window's profiler, to free
         """The open window's :class:`LiveEnd`, its record drafted when it opened."""
-        self._capture_ranks = capture_ranks
-        self._rank_metrics = rank_metrics
+        ranks = options.capture_ranks
+        self._capture_ranks = tuple(sorted(ranks)) if ranks is not None else None
+        self._rank_metrics = options.attached
         _open_sessions.add(self)
         self._system: SystemMetrics | None = None
-        if system_metrics:
+        if not options.attached:  # (an attached front end runs them for the whole job)
             active = self.target.active_run()
             self._system = self.guarded(
                 start_system_metrics,
                 config,
                 self.backend.name,
                 lambda: self.target.known_run(active) or self._results.run_id,
-                tracking_uri,
+                options.tracking_uri,
             )
         self._watch: OnDemand | None = None
-        if on_demand:
+        if not options.attached:
             self._watch = self.guarded(start_for_session, self, self.target.active_run())
 
     def _next_after(self, step: int) -> int | None:
@@ -565,7 +552,7 @@ class ProfilingSession:
         if held is not None:
             held.release()
 
-    def _turn_off(self, exc: BaseException | None = None) -> None:
+    def turn_off(self, exc: BaseException | None = None) -> None:
         """Stop capturing for good: the open window (if any) is dropped, no new one opens."""
         self._disabled = True
         self._next_start = None

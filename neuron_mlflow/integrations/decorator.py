@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.options import Options
 from neuron_mlflow.engine.session import ProfilingSession, wait_at_exit
 from neuron_mlflow.errors import ConfigError
 from neuron_mlflow.summary.ops import OpSummary
@@ -77,7 +78,7 @@ class Profiler:
                 "allowed characters are letters, digits, '_', '.' and '-'"
             )
         self.prefix = f"{self.config.metric_prefix}/{name}" if name else self.config.metric_prefix
-        self.session = ProfilingSession(self.config, prefix=self.prefix, run_id=run_id)
+        self.session = ProfilingSession(Options(self.config, run_id=run_id), prefix=self.prefix)
         _open_profilers.add(self)
 
     @property

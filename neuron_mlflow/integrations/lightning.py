@@ -30,26 +30,15 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import time
-import uuid
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
-from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.capture_requests import start_for_stage
-from neuron_mlflow.engine.guard import Guard
-from neuron_mlflow.engine.runs import open_run
-from neuron_mlflow.engine.session import ProfilingSession
-from neuron_mlflow.engine.stages import StageWindows, check_ranks
-from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
-from neuron_mlflow.engine.worker import WorkerClient
+from neuron_mlflow.engine.attach import Attachment
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, check_stages, hooks_of
 from neuron_mlflow.summary.ops import OpSummary
@@ -93,25 +82,14 @@ class NeuronProfilerCallback(Callback):
         base = config if config is not None else ProfilerConfig()
         self.config = base.with_overrides(**overrides)
         self.stages = check_stages(stages)
-        self.ranks = check_ranks(ranks)
-        backend = resolve_backend(self.config.backend, self.config)  # fail now, not mid-fit
-        self._backend_name = backend.name
-        self._system: SystemMetrics | None = None  # neuron-monitor, for the whole fit
-        self._run: tuple[str | None, str | None] | None = None
-        self._trainer: Trainer | None = None
-        self._off = False  # a failure of ours turned profiling off for this callback
-        self._job_id: str | None = None
-        self._windows = {stage: self._stage_windows(stage) for stage in STAGES}
-        self._profiled = {s: w if s in self.stages else None for s, w in self._windows.items()}
+        self.attachment = Attachment(self.config, self.stages, ranks, all_stages=STAGES)
+        """The engine's side of this callback (options, stages' windows, worker, watcher)."""
+        self.ranks = self.attachment.ranks
+        self._windows = self.attachment.windows
+        self._profiled = self.attachment.profiled
+        self._guard = self.attachment.guard
         self._optimizer_steps = 0
         self._automatic = True  # the module's automatic_optimization, read at train start
-        self._worker: WorkerClient | None = None
-        self._guard = Guard(self.config.strict, self._turn_off)
-        """Runs a hook's body: a failure of ours is one report (:mod:`~neuron_mlflow.engine.
-        guard`) and turns profiling off for this callback; training goes on."""
-
-    def _stage_windows(self, stage: str) -> StageWindows:
-        return StageWindows(self.config, self.prefix(stage), lambda: self._session(stage))
 
     @property
     def state_key(self) -> str:
@@ -121,99 +99,33 @@ class NeuronProfilerCallback(Callback):
     @property
     def summaries(self) -> dict[str, OpSummary]:
         """The last window's op summary of each stage this rank captured."""
-        return {s: w.summary for s, w in self._windows.items() if w.summary is not None}
-
-    # -- run, ranks, sessions -----------------------------------------------------------
+        return self.attachment.summaries
 
     @property
     def run_id(self) -> str | None:
         """The MLflow run windows are logged to (known after ``setup``)."""
-        return self._run[1] if self._run else None
+        return self.attachment.run_id
 
     def prefix(self, stage: str) -> str:
         """The metric prefix ``P`` of ``stage``: ``<metric_prefix>/<stage>``."""
-        return f"{self.config.metric_prefix}/{stage}"
-
-    def _resolve_run(self, trainer: Trainer) -> tuple[str | None, str | None]:
-        """On rank 0: the MLFlowLogger's run, else the active run, else a new run."""
-        for logger in trainer.loggers:
-            if isinstance(logger, MLFlowLogger):
-                return logger.experiment.tracking_uri, logger.run_id
-        return open_run(self.config)
-
-    def _session(self, stage: str) -> ProfilingSession | None:
-        """The stage's session on a rank that captures (made on its first window step)."""
-        trainer = self._trainer
-        if trainer is None or stage not in self.stages or self._off:
-            return None
-        if self.ranks is not None and trainer.global_rank not in self.ranks:
-            return None
-        uri, run_id = self._run or (None, None)
-        rank0 = trainer.global_rank == 0
-        windows = self._windows[stage]
-        return ProfilingSession(
-            self.config,
-            prefix=self.prefix(stage),
-            run_id=run_id,
-            tracking_uri=uri,
-            upload=run_id is not None or rank0,
-            rank=(trainer.global_rank, trainer.world_size),
-            metric_step=lambda: windows.metric_step,
-            skip_windows=windows.done,
-            traces_only=not rank0,
-            follow_active_run=False,
-            job_id=self._job_id,
-            system_metrics=False,
-            capture_ranks=tuple(sorted(self.ranks)) if self.ranks is not None else None,
-            rank_metrics=True,
-            on_demand=False,  # the stage's own watcher (setup) reads requests
-        )
-
-    # -- the guard ----------------------------------------------------------------------
-
-    def _turn_off(self, exc: BaseException | None = None) -> None:
-        self._off = True
-        for windows in self._windows.values():
-            if windows.session is not None:
-                windows.session._turn_off(exc)
+        return self.attachment.prefix(stage)
 
     # -- Lightning hooks: run and ranks -------------------------------------------------
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        self._trainer = trainer
         self._guard(self._setup, trainer)
 
     def _setup(self, trainer: Trainer) -> None:
-        if self._job_id is None:  # decided once by rank 0: one run per job, even offline
-            self._job_id = trainer.strategy.broadcast(
-                uuid.uuid4().hex if trainer.is_global_zero else None, src=0
-            )
-        if self._run is None:
-            payload = self._resolve_run(trainer) if trainer.is_global_zero else None
-            self._run = trainer.strategy.broadcast(payload, src=0)
-        captures = self.ranks is None or trainer.global_rank in self.ranks
-        if captures and self._worker is None:  # it imports MLflow before the first window
-            self._worker = WorkerClient(Path(self.config.local_dir).absolute())
-            with contextlib.suppress(Exception):  # early is a bonus: a window starts it too
-                self._worker.ensure_running()
-        if self._system is None and self._run is not None and self._run[1] is not None:
-            uri, run_id = self._run
-            self._system = start_system_metrics(
-                self.config, self._backend_name, lambda: run_id, uri
-            )
-
-    def _start_watch(self, trainer: Trainer) -> None:
-        """Capture requests and the slow-step trigger, read for the first chosen stage: started
-        when the Trainer's loop starts, after Lightning took note of the signal handlers in
-        place (it puts those back at its end, even after an exception, when no hook of ours
-        runs any more: the capture signal's handler must not be among them)."""
-        windows = self._windows[self.stages[0]]
-        if windows.watch is None and not self._off:
-            uri, run_id = self._run or (None, None)
-            windows.watch = start_for_stage(
-                windows, rank=trainer.global_rank, world_size=trainer.world_size,
-                run_id=run_id, tracking_uri=uri,
-            )  # fmt: skip
+        run = None  # the MLFlowLogger's run, on rank 0 (else the active run, else a new run)
+        if trainer.is_global_zero and self.attachment.options is None:
+            for logger in trainer.loggers:
+                if isinstance(logger, MLFlowLogger):
+                    run = (logger.experiment.tracking_uri, logger.run_id)
+                    break
+        self.attachment.start(
+            rank=trainer.global_rank, world_size=trainer.world_size, run=run,
+            broadcast=lambda value: trainer.strategy.broadcast(value, src=0),
+        )  # fmt: skip
 
     def on_before_optimizer_step(
         self, trainer: Trainer, pl_module: LightningModule, optimizer: Any
@@ -225,33 +137,11 @@ class NeuronProfilerCallback(Callback):
     def on_exception(
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
     ) -> None:
-        for windows in self._windows.values():
-            self._guard(windows.abort, exception)  # keeps the capture (incomplete)
-        self._end()  # Lightning calls no teardown hook after an exception
+        self.attachment.abort(exception)  # keeps the capture (incomplete)
+        self.attachment.end()  # Lightning calls no teardown hook after an exception
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        self._end()
-
-    def _end(self) -> None:
-        """The end of a Trainer call: hand what is left to the worker process and stop what
-        this callback started (the sessions, the capture-request watcher and its signal
-        handler, the worker registration, the system metrics). Nothing waits for the
-        uploads (:meth:`wait` does), except for a window asked for on demand whose asker
-        waits for its ``done`` answer (at most ``upload_timeout_s``). Idempotent."""
-        for windows in self._windows.values():
-            self._guard(windows.close)  # a window still open: partial, to the worker
-        for windows in self._windows.values():  # (the watcher is the first stage's)
-            watch, windows.watch = windows.watch, None
-            if watch is not None:
-                if watch.awaiting_windows:  # its last poll answers `done` once uploaded
-                    self.wait()
-                self._guard(watch.close)
-        if self._worker is not None:
-            worker, self._worker = self._worker, None
-            self._guard(worker.close)
-        if self._system is not None:
-            system, self._system = self._system, None
-            self._guard(system.stop)
+        self.attachment.end()
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
@@ -263,23 +153,15 @@ class NeuronProfilerCallback(Callback):
         not share the CPU with it. A window the worker could not upload stays in
         ``local_dir`` for ``neuron-mlflow sync`` (reported once, as a warning).
         """
-        timeout = self.config.upload_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout
-        done = True
-        for windows in self._windows.values():
-            left = max(0.0, deadline - time.monotonic())
-            done = bool(Guard(self.config.strict)(windows.wait, left)) and done
-        return done
+        return self.attachment.wait(timeout_s)
 
     def state_dict(self) -> dict[str, Any]:
         """Which windows each stage has logged, so a resumed run does not log them again."""
-        return {"version": 1, "done": {s: sorted(w.done) for s, w in self._windows.items()}}
+        return self.attachment.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (missing keys read as defaults)."""
-        for stage, done in state_dict.get("done", {}).items():
-            if stage in self._windows:
-                self._windows[stage].done.update(int(i) for i in done)
+        self.attachment.load_state_dict(state_dict)
 
     # -- Lightning hooks: the steps of each stage (rows of the stage table) --------------
 
@@ -379,7 +261,7 @@ class NeuronProfilerCallback(Callback):
     # -- the step functions the hooks call ------------------------------------------------
 
     def _stage_start(self, trainer: Trainer, spec: StageHooks) -> None:
-        self._start_watch(trainer)
+        self.attachment.start_watch()
         if trainer.sanity_checking or spec.stage not in self.stages:
             return
         windows = self._windows[spec.stage]

@@ -148,14 +148,15 @@ class _WaitingModel(BoringModel):
 
     def _wait_for(self, reports: int) -> None:
         deadline = time.monotonic() + 60
-        while self.callback._system.sampler.reports < reports and time.monotonic() < deadline:
+        system = self.callback.attachment._system
+        while system.sampler.reports < reports and time.monotonic() < deadline:
             time.sleep(0.02)
 
     def training_step(self, batch, batch_idx):
         if batch_idx == 0:
             self._wait_for(1)
         if batch_idx == self.last:
-            self._wait_for(self.callback._system.sampler.reports + 3)
+            self._wait_for(self.callback.attachment._system.sampler.reports + 3)
         return super().training_step(batch, batch_idx)
 
 

@@ -1,0 +1,227 @@
+"""A training framework's profiling, whole: what every step-driven front end shares.
+
+A front end of a training framework (the Lightning callback, the Hugging Face callback, the
+optimizer-step hook of ``autolog``) is its framework's hooks plus a few calls into one
+:class:`Attachment`: :meth:`~Attachment.start` when the framework's loop is set up (the
+:class:`~neuron_mlflow.engine.options.Options` of this process, the worker, the system
+metrics), the stages' :class:`~neuron_mlflow.engine.stages.StageWindows` in the step hooks,
+:meth:`~Attachment.start_watch` when the loop starts (capture requests, the slow-step
+trigger), :meth:`~Attachment.abort` on an exception and :meth:`~Attachment.end` when the
+loop ends: after it nothing of ours runs in the process (no thread, no signal handler) and
+the worker finishes the uploads; :meth:`~Attachment.wait` waits for them.
+
+Example:
+    >>> import tempfile, torch
+    >>> import neuron_mlflow as nm
+    >>> config = nm.ProfilerConfig(backend="cpu", local_dir=tempfile.mkdtemp(),
+    ...                            schedule=nm.Schedule(warmup=1, active=2))
+    >>> attach = Attachment(config, stages=("train",))
+    >>> attach.start(rank=0, world_size=1)
+    >>> windows = attach.windows["train"]
+    >>> for step in range(4):
+    ...     if not windows.begin_quiet(step):
+    ...         attach.guard(windows.begin, step)
+    ...     _ = torch.ones(8) * 2
+    ...     if not windows.end_quiet():
+    ...         attach.guard(windows.end, step + 1)
+    >>> attach.end()
+    >>> attach.wait(), attach.summaries["train"].steps
+    (True, 2)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from neuron_mlflow.capture.backends import resolve_backend
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.capture_requests import start_for_stage
+from neuron_mlflow.engine.guard import Guard
+from neuron_mlflow.engine.options import Broadcast, Options
+from neuron_mlflow.engine.session import ProfilingSession
+from neuron_mlflow.engine.stages import StageWindows, check_ranks
+from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
+from neuron_mlflow.engine.worker import WorkerClient
+from neuron_mlflow.summary.ops import OpSummary
+
+
+class Attachment:
+    """One front end's profiling of a training job: its options, stages, worker and watcher.
+
+    Args:
+        config: the effective configuration.
+        stages: the stages profiled (each has its own step counter, schedule and metric
+            prefix ``<metric_prefix>/<stage>``); ``all_stages`` lists every stage the front
+            end knows (their windows exist, unprofiled, so that checkpoint state round-trips).
+        ranks: global ranks that capture (default: all).
+
+    Raises:
+        ConfigError: a bad rank.
+        BackendUnavailableError: the backend cannot run here (at once, not mid-training).
+
+    See the module docstring for an example.
+    """
+
+    def __init__(
+        self,
+        config: ProfilerConfig,
+        stages: Iterable[str] = ("train",),
+        ranks: Iterable[int] | None = None,
+        all_stages: Iterable[str] | None = None,
+    ) -> None:
+        self.config = config
+        self.stages = tuple(stages)
+        self.ranks = check_ranks(ranks)
+        self.backend_name = resolve_backend(config.backend, config).name  # fail now
+        self.options: Options | None = None
+        self.off = False
+        """A failure of ours turned profiling off for this front end."""
+        self.windows = {stage: self._stage_windows(stage) for stage in (all_stages or self.stages)}
+        self.profiled = {s: w if s in self.stages else None for s, w in self.windows.items()}
+        """The windows of the profiled stages (``None`` for the others): a step hook's test."""
+        self._worker: WorkerClient | None = None
+        self._system: SystemMetrics | None = None
+        self.guard = Guard(config.strict, self.turn_off)
+        """Runs a hook's body: a failure of ours is one report (:mod:`~neuron_mlflow.engine.
+        guard`) and turns profiling off for this front end; training goes on."""
+
+    def prefix(self, stage: str) -> str:
+        """The metric prefix ``P`` of ``stage``: ``<metric_prefix>/<stage>``."""
+        return f"{self.config.metric_prefix}/{stage}"
+
+    def _stage_windows(self, stage: str) -> StageWindows:
+        return StageWindows(self.config, self.prefix(stage), lambda: self._session(stage))
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run windows are logged to (known after :meth:`start`)."""
+        return self.options.run_id if self.options is not None else None
+
+    @property
+    def summaries(self) -> dict[str, OpSummary]:
+        """The last window's op summary of each stage this rank captured."""
+        return {s: w.summary for s, w in self.windows.items() if w.summary is not None}
+
+    def start(
+        self,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        run: tuple[str | None, str | None] | None = None,
+        broadcast: Broadcast | None = None,
+    ) -> None:
+        """The framework's loop is set up: this process's options (decided once,
+        :meth:`Options.resolve`), the worker started early (it imports MLflow before the first
+        window), the system metrics. Call it on every rank (``broadcast`` is the front end's
+        one collective). Idempotent."""
+        self.guard(self._start, rank, world_size, run, broadcast)
+
+    def _start(
+        self,
+        rank: int | None,
+        world_size: int | None,
+        run: tuple[str | None, str | None] | None,
+        broadcast: Broadcast | None,
+    ) -> None:
+        if self.options is None:
+            self.options = Options.resolve(
+                self.config, ranks=self.ranks, rank=rank, world_size=world_size, run=run,
+                broadcast=broadcast,
+            )  # fmt: skip
+        options = self.options
+        if options.captures and self._worker is None:
+            self._worker = WorkerClient(Path(self.config.local_dir).absolute())
+            with contextlib.suppress(Exception):  # early is a bonus: a window starts it too
+                self._worker.ensure_running()
+        if self._system is None and options.run_id is not None:
+            run_id = options.run_id
+            self._system = start_system_metrics(
+                self.config, self.backend_name, lambda: run_id, options.tracking_uri
+            )
+
+    def _session(self, stage: str) -> ProfilingSession | None:
+        """The stage's session on a rank that captures (made on its first window step)."""
+        options = self.options
+        if options is None or stage not in self.stages or self.off or not options.captures:
+            return None
+        windows = self.windows[stage]
+        return ProfilingSession(
+            options,
+            prefix=self.prefix(stage),
+            metric_step=lambda: windows.metric_step,
+            skip_windows=windows.done,
+        )
+
+    def start_watch(self) -> None:
+        """The loop starts: capture requests and the slow-step trigger, read for the first
+        profiled stage. Start it after the framework took note of the signal handlers in
+        place (Lightning puts those back at its end, even after an exception)."""
+        self.guard(self._start_watch)
+
+    def _start_watch(self) -> None:
+        windows = self.windows[self.stages[0]]
+        options = self.options
+        if windows.watch is None and not self.off and options is not None:
+            windows.watch = start_for_stage(
+                windows, rank=options.rank or 0, world_size=options.world_size or 1,
+                run_id=options.run_id, tracking_uri=options.tracking_uri,
+            )  # fmt: skip
+
+    def turn_off(self, exc: BaseException | None = None) -> None:
+        """Stop profiling for good in this front end (a failure of ours)."""
+        self.off = True
+        for windows in self.windows.values():
+            if windows.session is not None:
+                windows.session.turn_off(exc)
+
+    def abort(self, exc: BaseException) -> None:
+        """The training raised ``exc``: every open window keeps its capture (incomplete)."""
+        for windows in self.windows.values():
+            self.guard(windows.abort, exc)
+
+    def end(self) -> None:
+        """The framework's loop ended: hand what is left to the worker process and stop what
+        was started (the sessions, the capture-request watcher and its signal handler, the
+        worker registration, the system metrics). Nothing waits for the uploads (:meth:`wait`
+        does), except for a window asked for on demand whose asker waits for its ``done``
+        answer (at most ``upload_timeout_s``). Idempotent."""
+        for windows in self.windows.values():
+            self.guard(windows.close)  # a window still open: partial, to the worker
+        for windows in self.windows.values():  # (the watcher is the first stage's)
+            watch, windows.watch = windows.watch, None
+            if watch is not None:
+                if watch.awaiting_windows:  # its last poll answers `done` once uploaded
+                    self.wait()
+                self.guard(watch.close)
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            self.guard(worker.close)
+        if self._system is not None:
+            system, self._system = self._system, None
+            self.guard(system.stop)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
+        has uploaded every window handed to it; True when none is left. A window it could not
+        upload stays in ``local_dir`` for ``neuron-mlflow sync`` (reported once, a warning)."""
+        timeout = self.config.upload_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        done = True
+        for windows in self.windows.values():
+            left = max(0.0, deadline - time.monotonic())
+            done = bool(Guard(self.config.strict)(windows.wait, left)) and done
+        return done
+
+    def state_dict(self) -> dict[str, Any]:
+        """Which windows each stage has logged, so a resumed run does not log them again."""
+        return {"version": 1, "done": {s: sorted(w.done) for s, w in self.windows.items()}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (missing keys read as defaults)."""
+        for stage, done in state_dict.get("done", {}).items():
+            if stage in self.windows:
+                self.windows[stage].done.update(int(i) for i in done)
