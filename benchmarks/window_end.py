@@ -511,7 +511,8 @@ def main() -> None:
     print()
     print(
         f"| front end | window | hook ours ms | hook raw ms | hook ratio | steps after "
-        f"({args.after}; transformer {after_steps('transformer', args.after)}), ours ms | raw ms | after ratio | raw + a busy process ms | its ratio | "
+        f"({args.after}; transformer {after_steps('transformer', args.after)}), ours ms | "
+        "raw ms | after ratio | raw + a busy process ms | its ratio | "
         "training thread CPU after, ours/raw | worker CPU by then ms | window's opening "
         "steps, ours/raw |"
     )
