@@ -56,6 +56,17 @@ NOT_TRACES = {
 }
 
 
+@pytest.mark.parametrize("name", ["random.json", "words.json", "empty.json"])
+def test_ingest_says_a_file_is_not_a_trace(name, tmp_path, capsys) -> None:
+    content, expected = NOT_TRACES[name]
+    path = tmp_path / name
+    path.write_bytes(content)
+    spool = tmp_path / "spool"
+    err = _one_line_error(capsys, ["ingest", str(path), "--local-dir", str(spool)])
+    assert err.startswith(f"neuron-mlflow ingest: {path} {expected}"), err
+    assert not spool.exists()  # nothing spooled, no run made
+
+
 @pytest.mark.parametrize("name", sorted(NOT_TRACES))
 def test_summarize_says_a_file_is_not_a_trace(name, tmp_path, capsys) -> None:
     data, expected = NOT_TRACES[name]
