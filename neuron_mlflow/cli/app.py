@@ -151,6 +151,11 @@ def _ingest(args: argparse.Namespace) -> int:
     from neuron_mlflow.trace.reader import TraceFormatError
 
     local_dir = Path(args.local_dir or ProfilerConfig().local_dir)
+    for path in map(Path, args.paths):  # (a folder is searched for traces by ingest)
+        problem = None if path.is_dir() else _not_a_trace(path)
+        if problem is not None:
+            print(f"neuron-mlflow ingest: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         ProfilerConfig(metric_prefix=args.prefix)
         run_id, record, ranks = ingest(
