@@ -33,6 +33,7 @@ _EXPORTS = {
     "compare_runs": "neuron_mlflow.sinks.profiles",
     "publish_comparison": "neuron_mlflow.sinks.comparison_files",
     "SyncReport": "neuron_mlflow.sinks.pending",
+    "autolog": "neuron_mlflow.integrations.autolog",
     "profile": "neuron_mlflow.integrations.decorator",
     "render_side_by_side": "neuron_mlflow.summary.tables",
     "sync_pending": "neuron_mlflow.engine.sync",
@@ -48,6 +49,7 @@ if _TYPE_CHECKING:
         NeuronMlflowError,
         NeuronMlflowWarning,
     )
+    from neuron_mlflow.integrations.autolog import autolog
     from neuron_mlflow.integrations.decorator import Profiler, profile
     from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
     from neuron_mlflow.sinks.comparison_files import publish_comparison
@@ -87,6 +89,7 @@ __all__ = [
     "Schedule",
     "SlowSteps",
     "SyncReport",
+    "autolog",
     "compare_runs",
     "comparison_report",
     "profile",

@@ -3,7 +3,8 @@
 Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs), ``download``
 (fetch a window's traces and print the commands that open them), ``summarize`` (the op
 summary of a trace file, without MLflow), ``ingest`` (trace files into MLflow), ``capture``
-(ask a running job for a window: :mod:`neuron_mlflow.cli.capture`, with its own exit codes).
+(ask a running job for a window: :mod:`neuron_mlflow.cli.capture`, with its own exit codes),
+``run`` (any command, profiled: :mod:`neuron_mlflow.cli.run`; the command's exit code).
 Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
 ``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics),
 3 ``compare --fail-above``: insufficient data to decide (unless ``--allow-insufficient``).
@@ -545,9 +546,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["frobnicate"])
         2
     """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["run"]:  # its options and the command are its own (cli/run.py)
+        from neuron_mlflow.cli.run import run_command
+
+        return run_command(arguments[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
     except SystemExit as exc:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
     if args.verb == "sync":

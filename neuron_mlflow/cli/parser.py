@@ -201,6 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     capture.add_argument("--interval", type=float, default=0.5, metavar="S",
                          help=argparse.SUPPRESS)  # fmt: skip
+    verbs.add_parser(
+        "run",
+        help="run any command with autolog in every Python process it starts (one MLflow run)",
+        description="neuron-mlflow run [options] -- COMMAND [ARGS...]: see `neuron-mlflow run "
+        "--help` (cli/run.py parses its options, generated from ProfilerConfig).",
+        add_help=False,
+    )
     ingest.add_argument("paths", nargs="+", metavar="PATH")
     target = ingest.add_mutually_exclusive_group()
     target.add_argument("--run-id", metavar="R", help="log into this run")

@@ -1,0 +1,398 @@
+"""``neuron-mlflow run [options] -- COMMAND [ARGS...]``: any command, profiled, unedited.
+
+The verb applies ``nm.autolog()`` in every Python process the command starts (``torchrun``'s
+workers included) through a ``sitecustomize`` put first on ``PYTHONPATH``
+(:mod:`neuron_mlflow.cli.site`), enabled by ``NEURON_MLFLOW_AUTOLOG=1``: the convention of
+``opentelemetry-instrument`` and ``ddtrace-run``. Its options are the ``ProfilerConfig``
+fields, spelled as in YAML with ``-`` for ``_`` and ``.`` for nesting (``--backend cpu``,
+``--schedule.warmup 1``, ``--local-dir DIR``; generated from the model, so every field is
+one), plus ``--experiment``, ``--run-name`` and ``--config FILE``; they reach the processes
+as ``NEURON_MLFLOW_*`` variables, so a process reads them as it reads the environment.
+
+One run for the whole command: the verb creates the MLflow run first (``--experiment``,
+``--run-name``; the job id tag) and gives every process ``MLFLOW_RUN_ID``,
+``MLFLOW_TRACKING_URI`` and ``NEURON_MLFLOW_JOB_ID``: each rank logs into it with no
+collective, and the script's own ``mlflow.start_run()`` resumes it (MLflow's convention, as
+under ``mlflow run``). The run ends ``FINISHED`` when the command exits 0, ``KILLED`` when a
+signal ended it, else ``FAILED``. Without a tracking server the verb says so and the
+processes keep their windows in the spool for ``neuron-mlflow sync`` (one job id).
+
+The command runs in a session of its own; SIGINT (Ctrl-C), SIGTERM, SIGHUP, SIGQUIT,
+SIGUSR1 and SIGUSR2 sent to the verb go to its whole process group, once, as a terminal
+sends them to a foreground job (its SIGTERM handler keeps an open window; SIGUSR2 asks each
+process for a window). The exit code is the command's (``128 + N`` when signal ``N`` ended
+it; 127 when it cannot be found, 126 when it cannot be run); a bad option exits 2 with one
+line naming it and what is allowed. With a schedule that opens no window the job can still be
+profiled on demand: ``neuron-mlflow capture RUN_ID`` (the run id is printed first).
+
+Example:
+    >>> run_command(["--backend", "tpu", "--", "true"])
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import types
+import typing
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from neuron_mlflow.config import ProfilerConfig
+
+SITE_DIR = Path(__file__).resolve().parent / "site"
+"""The folder of the ``sitecustomize`` put first on the command's ``PYTHONPATH``."""
+
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+"""Signals the verb passes on to the command's process group."""
+
+EXIT_USAGE = 2
+EXIT_CANNOT_RUN = 126
+EXIT_NOT_FOUND = 127
+
+
+@dataclass(frozen=True)
+class FieldOption:
+    """One ``ProfilerConfig`` field as an option of ``run``."""
+
+    path: tuple[str, ...]  # ("schedule", "warmup")
+    kind: str  # "bool", "list" or "value"
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + ".".join(part.replace("_", "-") for part in self.path)
+
+    @property
+    def dest(self) -> str:
+        return "field:" + ".".join(self.path)
+
+    @property
+    def env(self) -> str:
+        from neuron_mlflow.config import ENV_PREFIX
+
+        return ENV_PREFIX + "__".join(self.path).upper()
+
+    def env_value(self, value: str) -> str:
+        """The variable's value: a list as JSON (``device,runtime`` -> ``["device", ...]``)."""
+        if self.kind == "list" and not value.lstrip().startswith("["):
+            return json.dumps([part.strip() for part in value.split(",") if part.strip()])
+        return value
+
+
+def _models(annotation: Any) -> list[type[Any]]:
+    from pydantic import BaseModel
+
+    args = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
+
+
+def _kind(annotation: Any) -> str:
+    args = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    args = tuple(a for a in args if a is not type(None))
+    if args == (bool,):
+        return "bool"
+    if any(typing.get_origin(a) in (tuple, list, set, frozenset) for a in args):
+        return "list"
+    return "value"
+
+
+def _literal_values(annotation: Any) -> list[str]:
+    """The values a ``Literal`` field (or a tuple of them) allows, for the help."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(value) for value in typing.get_args(annotation)]
+    return [v for arg in typing.get_args(annotation) for v in _literal_values(arg)]
+
+
+def field_options(
+    model: type[Any] | None = None, prefix: tuple[str, ...] = ()
+) -> list[FieldOption]:
+    """Every leaf field of ``ProfilerConfig`` (nested models walked) as an option.
+
+    Example:
+        >>> [o.flag for o in field_options()][:3]
+        ['--backend', '--schedule.skip-first', '--schedule.wait']
+        >>> [o.env for o in field_options() if o.flag == "--schedule.warmup"]
+        ['NEURON_MLFLOW_SCHEDULE__WARMUP']
+    """
+    if model is None:
+        from neuron_mlflow.config import ProfilerConfig
+
+        model = ProfilerConfig
+    options = []
+    for name, info in model.model_fields.items():
+        nested = _models(info.annotation)
+        if nested:
+            options.extend(field_options(nested[0], (*prefix, name)))
+        else:
+            text = (info.description or "").replace("%", "%%")
+            allowed = _literal_values(info.annotation)
+            if allowed:
+                text += f" ({', '.join(allowed)})"
+            options.append(FieldOption((*prefix, name), _kind(info.annotation), text))
+    return options
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the option, the value, what is allowed), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"neuron-mlflow run: {message} (see `neuron-mlflow run --help`)\n")
+
+
+def build_run_parser(options: Sequence[FieldOption]) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="neuron-mlflow run",
+        usage="neuron-mlflow run [options] -- COMMAND [ARGS...]",
+        description=(
+            "Run COMMAND with autolog in every Python process it starts (torchrun's workers "
+            "included), without editing it: every optimizer.step() of a plain loop ends one "
+            "step, Lightning and Hugging Face Trainers get their callbacks. One MLflow run for "
+            "the whole command. Options are ProfilerConfig fields (the names of the YAML file "
+            "and of the NEURON_MLFLOW_* variables: --schedule.warmup is "
+            "NEURON_MLFLOW_SCHEDULE__WARMUP); unset ones come from the environment, then "
+            "--config. Exit code: the command's."
+        ),
+        epilog="Lists: comma-separated or JSON. Flags: --keep-local alone means true.",
+    )
+    parser.add_argument("--experiment", metavar="NAME",
+                        help="MLflow experiment of the run (created if missing)")  # fmt: skip
+    parser.add_argument(
+        "--config", metavar="FILE", help="YAML file of ProfilerConfig fields (NEURON_MLFLOW_CONFIG)"
+    )
+    for option in options:
+        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if option.kind == "bool" else {}
+        parser.add_argument(
+            option.flag, dest=option.dest, metavar="VALUE", help=option.help, **extra
+        )
+        underscored = "--" + ".".join(option.path)
+        if underscored != option.flag:  # --local_dir as in YAML works too
+            parser.add_argument(underscored, dest=option.dest, help=argparse.SUPPRESS, **extra)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments")
+    return parser
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _config_env(args: argparse.Namespace, options: Sequence[FieldOption]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for option in options:
+        value = getattr(args, option.dest)
+        if value is not None:
+            env[option.env] = option.env_value(value)
+    if args.experiment is not None:
+        env["NEURON_MLFLOW_EXPERIMENT_NAME"] = args.experiment
+    if args.config is not None:
+        from neuron_mlflow.config import CONFIG_FILE_ENV
+
+        env[CONFIG_FILE_ENV] = str(Path(args.config).absolute())
+    return env
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``env`` set, as the command's processes will see it."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _checked_config(env: dict[str, str]) -> ProfilerConfig | str:
+    """The ``ProfilerConfig`` the command's processes will read, or why there is none (one
+    line naming the option, the value and what is allowed)."""
+    from neuron_mlflow.config import ProfilerConfig
+
+    try:
+        with _environment(env):
+            config = ProfilerConfig()
+        if config.backend != "auto":  # fail now, not in every process
+            from neuron_mlflow.capture.backends import resolve_backend
+
+            resolve_backend(config.backend, config)
+    except Exception as exc:
+        return _problem(exc)
+    return config
+
+
+def _problem(exc: Exception) -> str:
+    """One line: each bad option with its value and what is allowed."""
+    errors = getattr(exc, "errors", None)
+    if not isinstance(errors, list) or not errors:
+        return _one_line(str(exc))
+    options = sorted(field_options(), key=lambda o: -len(o.path))
+    parts = []
+    for error in errors:
+        loc = tuple(str(part) for part in error.get("loc", ()))
+        named = [o for o in options if loc[: len(o.path)] == o.path]
+        where = named[0].flag if named else ".".join(loc) or "options"
+        parts.append(f"{where} {error.get('input')!r}: {error.get('msg')}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+@dataclass
+class _Run:
+    """The MLflow run the verb made for the command (``None`` id: no server)."""
+
+    tracking_uri: str
+    run_id: str | None
+    created: bool
+
+
+def _open_run(config: ProfilerConfig, command: Sequence[str], job_id: str) -> _Run:
+    """The run of the command: ``MLFLOW_RUN_ID`` when the caller set one, else a new run."""
+    import mlflow
+
+    from neuron_mlflow.naming import JOB_TAG
+    from neuron_mlflow.sinks.mlflow_sink import MlflowSink
+
+    uri = mlflow.get_tracking_uri()
+    given = os.environ.get("MLFLOW_RUN_ID")
+    if given:
+        return _Run(uri, given, created=False)
+    sink = MlflowSink()
+    try:
+        sink.check_reachable()
+        experiment_id = sink.experiment_id(config.experiment_name)
+        tags = {JOB_TAG: job_id, "neuron_mlflow.command": shlex.join(command)[:4000]}
+        run = sink.client.create_run(experiment_id, run_name=config.run_name, tags=tags)
+    except Exception as exc:
+        print(
+            f"neuron-mlflow run: could not create an MLflow run at {uri} ({type(exc).__name__}: "
+            f"{_one_line(str(exc))[:300]}); each process keeps its windows in the spool for "
+            "`neuron-mlflow sync` (one job)",
+            file=sys.stderr,
+        )
+        return _Run(uri, None, created=False)
+    return _Run(uri, str(run.info.run_id), created=True)
+
+
+def _end_run(run: _Run, status: str) -> None:
+    if not run.created or run.run_id is None:
+        return
+    with contextlib.suppress(Exception):
+        from mlflow import MlflowClient
+
+        MlflowClient(run.tracking_uri).set_terminated(run.run_id, status)
+
+
+def _child_env(config_env: dict[str, str], run: _Run, job_id: str, reports: str) -> dict[str, str]:
+    from neuron_mlflow.engine.options import JOB_ID_ENV, RUN_ID_ENV
+    from neuron_mlflow.integrations.autolog import AUTOLOG_ENV, REPORTS_ENV
+
+    env = {**os.environ, **config_env}
+    env[AUTOLOG_ENV] = "1"
+    env[REPORTS_ENV] = reports
+    env[JOB_ID_ENV] = job_id
+    env["MLFLOW_TRACKING_URI"] = run.tracking_uri
+    if run.run_id is not None:
+        env[RUN_ID_ENV] = run.run_id
+    paths = [str(SITE_DIR), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+@contextlib.contextmanager
+def _forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the command runs, the signals in :data:`FORWARDED` go to its process group."""
+
+    def forward(signum: int, frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signum)
+
+    previous = {}
+    for name in FORWARDED:
+        number = getattr(signal, name, None)
+        if number is not None:
+            with contextlib.suppress(ValueError, OSError):
+                previous[number] = signal.signal(number, forward)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(number, handler)
+
+
+def _nothing_profiled(reports: Path) -> bool:
+    """True when no process of the command stepped an optimizer or ran a Trainer."""
+    for path in reports.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            report = json.loads(path.read_text("utf-8"))
+            if report.get("optimizer_steps") or report.get("trainers"):
+                return False
+    return True
+
+
+def run_command(argv: Sequence[str]) -> int:
+    """``neuron-mlflow run ARGV``: run the command, return its exit code (see the module)."""
+    options = field_options()
+    parser = build_run_parser(options)
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("neuron-mlflow run: no command: give one after `--` (neuron-mlflow run [options] "
+              "-- COMMAND [ARGS...])", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    config_env = _config_env(args, options)
+    config = _checked_config(config_env)
+    if isinstance(config, str):
+        print(f"neuron-mlflow run: {config}", file=sys.stderr)
+        return EXIT_USAGE
+    if shutil.which(command[0]) is None:
+        print(f"neuron-mlflow run: command not found: {command[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    job_id = uuid.uuid4().hex
+    with _environment(config_env):
+        run = _open_run(config, command, job_id)
+    if run.run_id is not None:
+        print(f"neuron-mlflow run: run {run.run_id} at {run.tracking_uri} (on demand: "
+              f"neuron-mlflow capture {run.run_id})", file=sys.stderr)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="neuron-mlflow-run-") as reports:
+        env = _child_env(config_env, run, job_id, reports)
+        try:
+            child = subprocess.Popen(command, env=env, start_new_session=True)
+        except OSError as exc:
+            print(f"neuron-mlflow run: cannot run {command[0]}: {exc}", file=sys.stderr)
+            _end_run(run, "FAILED")
+            return EXIT_CANNOT_RUN
+        with _forwarding(child):
+            code = child.wait()
+        signalled = code < 0
+        if not signalled and _nothing_profiled(Path(reports)):
+            from neuron_mlflow.integrations.autolog import NOTHING_PROFILED
+
+            print(f"neuron-mlflow run: warning: in `{shlex.join(command)}`, "
+                  f"{NOTHING_PROFILED}", file=sys.stderr)  # fmt: skip
+    _end_run(run, "FINISHED" if code == 0 else "KILLED" if signalled else "FAILED")
+    return 128 - code if signalled else code

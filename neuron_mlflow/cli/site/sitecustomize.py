@@ -1,0 +1,53 @@
+"""``neuron-mlflow run``: autolog in every Python process the command starts.
+
+The verb puts this folder first on ``PYTHONPATH`` and sets ``NEURON_MLFLOW_AUTOLOG=1``;
+Python's ``site`` imports this module at start-up in every interpreter that inherits the
+environment (``torchrun``'s workers, ``multiprocessing`` spawns, subprocesses), as
+``opentelemetry-instrument`` and ``ddtrace-run`` do. It first runs the ``sitecustomize`` it
+shadows (the next one on ``sys.path``), then calls
+:func:`neuron_mlflow.integrations.autolog.autolog_from_environment`, which imports nothing
+heavy until the program imports torch, Lightning or Transformers. Nothing here can stop the
+user's program: a failure is one line on stderr and the program runs unprofiled.
+"""
+
+import os
+import sys
+
+
+def _chain() -> None:
+    """Run the ``sitecustomize`` this one shadows, as ``site`` would have."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # as site.py reports a failing sitecustomize, and goes on
+        sys.stderr.write(
+            f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+            f"{type(exc).__name__}: {exc}\n"
+        )
+
+
+def _autolog() -> None:
+    try:
+        from neuron_mlflow.integrations.autolog import autolog_from_environment
+
+        autolog_from_environment()
+    except Exception as exc:
+        sys.stderr.write(
+            f"neuron-mlflow run: profiling is off in this process "
+            f"({type(exc).__name__}: {exc}); the program runs unprofiled\n"
+        )
+
+
+if __name__ == "sitecustomize":  # (imported by site; a tool reading the file: nothing)
+    _chain()
+    if os.environ.get("NEURON_MLFLOW_AUTOLOG") == "1":
+        _autolog()

@@ -1,0 +1,576 @@
+"""``nm.autolog()``: every training loop of this process profiled, without code changes.
+
+From the call on, in this process (MLflow's ``autolog`` convention):
+
+- every Lightning ``Trainer`` (``lightning.pytorch``) gets a
+  :class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback`, and every
+  ``transformers.Trainer`` (subclasses included) an ``HfProfilerCallback``, unless the user
+  already gave it one: ``Trainer.__init__`` is wrapped when the framework is imported, now or
+  later (a post-import hook; a framework never imported is never touched);
+- any other loop is profiled by its steps, found through PyTorch's global optimizer hook
+  (``torch.optim.optimizer.register_optimizer_step_post_hook``): each ``optimizer.step()`` of
+  the first optimizer stepped (the *clock*) ends one step and begins the next. The steps of a
+  Lightning ``fit`` or a Transformers ``train`` are their callback's and are not counted
+  here; neither are the steps of a loop while an ``nm.profile`` of this process is open (its
+  ``prof.step()`` owns them, as torch's ``KinetoStepTracker`` never counts a step twice).
+
+Several optimizers (a GAN's two, a critic stepped five times per generator step): only the
+clock's steps count; the others' steps fall inside the clock's steps. When the clock is
+garbage collected (a new optimizer for a new phase), the next optimizer stepped becomes the
+clock and the step numbers go on. A loop that never steps an optimizer (inference, a
+hand-written update) has no steps to find: one :class:`~neuron_mlflow.errors.
+NeuronMlflowWarning` says so, when autolog is disabled or at exit, and names what to do
+instead (``nm.profile``). At exit an open window is handed over (partial; incomplete after an
+uncaught exception) and the process waits, at most ``upload_timeout_s``, for its windows'
+uploads, as an unclosed ``nm.profile`` does.
+
+``autolog(disable=True)`` removes the hook and the patches (trainers made before keep their
+callback). A failure of ours while patching is a warning, never the user's error.
+
+``neuron-mlflow run`` applies the same in every Python process of a command: its
+``sitecustomize`` calls :func:`autolog_from_environment` when ``NEURON_MLFLOW_AUTOLOG=1``
+(configuration from the ``NEURON_MLFLOW_*`` variables). That path imports nothing heavy until
+the user's program imports torch, Lightning or Transformers.
+
+Example:
+    >>> import tempfile, torch
+    >>> import neuron_mlflow as nm
+    >>> nm.autolog(backend="cpu", local_dir=tempfile.mkdtemp(),
+    ...            schedule=nm.Schedule(warmup=1, active=2))
+    >>> model = torch.nn.Linear(4, 1)
+    >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> for _ in range(5):
+    ...     optimizer.zero_grad()
+    ...     model(torch.randn(8, 4)).sum().backward()
+    ...     optimizer.step()  # ends one step
+    >>> nm.autolog(disable=True)  # the window in MLflow; the hook removed
+    >>> summary = autolog_summary()
+    >>> summary.steps
+    2
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import importlib
+import importlib.abc
+import json
+import os
+import sys
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from neuron_mlflow.errors import NeuronMlflowWarning
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+
+    from neuron_mlflow.config import ProfilerConfig
+    from neuron_mlflow.engine.attach import Attachment
+    from neuron_mlflow.summary.ops import OpSummary
+
+AUTOLOG_ENV = "NEURON_MLFLOW_AUTOLOG"
+"""``1``: the ``sitecustomize`` of ``neuron-mlflow run`` applies autolog in this process."""
+
+REPORTS_ENV = "NEURON_MLFLOW_RUN_REPORTS"
+"""A folder where each autologged process of ``neuron-mlflow run`` writes, at exit, what it
+profiled (``<pid>.json``): the verb says once, for the whole command, when nothing was."""
+
+LIGHTNING = "lightning.pytorch"
+TRANSFORMERS = "transformers.trainer"
+TORCH = "torch"
+
+STAGE = "train"
+"""The loop's steps are training steps: metrics ``<metric_prefix>/train/...``, as the
+Lightning and Hugging Face callbacks log theirs."""
+
+NOTHING_PROFILED = (
+    "no torch.optim optimizer stepped and no Lightning or Hugging Face Trainer ran, so "
+    "autolog found no step and profiled nothing. autolog counts a loop's steps by "
+    "optimizer.step(); for a loop without an optimizer (inference, evaluation, a "
+    "hand-written update), mark its steps with nm.profile instead: decorate the step "
+    "function with @nm.profile, or use `with nm.profile() as prof:` and call prof.step() "
+    "after each step"
+)
+"""What the one warning says when autolog found nothing to profile."""
+
+
+class _State:
+    """Everything autolog holds in this process (one instance: :data:`_state`)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.explicit = False  # nm.autolog() was called (not only the environment)
+        self.config: ProfilerConfig | None = None  # None: read from the environment on use
+        self.finder: _PostImportFinder | None = None
+        self.patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
+        self.hook: Any = None  # the optimizer hook's handle
+        self.owned = 0  # Trainer calls running: their callbacks own the steps
+        self.loop: _Loop | None = None
+        self.last_loop: _Loop | None = None
+        self.callbacks: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.optimizer_steps = 0  # every optimizer.step() outside a Trainer's training call
+        self.clock_steps = 0
+        self.trainers = 0
+        self.warned = False
+        self.exit_hook = False
+
+
+_state = _State()
+
+
+def autolog(
+    config: ProfilerConfig | None = None, *, disable: bool = False, **overrides: Any
+) -> None:
+    """Profile every training loop of this process from now on (see the module docstring).
+
+    Args:
+        config: base configuration; defaults to ``ProfilerConfig()`` (environment, YAML file).
+        disable: ``True`` removes the optimizer hook and the Trainer patches; an open window
+            is handed over (partial) and the process waits for its upload (bounded).
+        **overrides: ``ProfilerConfig`` fields overriding ``config``.
+
+    Raises:
+        ConfigError: a bad configuration value (the message names it and what is allowed).
+        BackendUnavailableError: the backend cannot run here.
+
+    Calling it again applies the new configuration to the Trainers made and the loop steps
+    taken from then on.
+    """
+    if disable:
+        _disable()
+        return
+    from neuron_mlflow.capture.backends import resolve_backend
+    from neuron_mlflow.config import ProfilerConfig
+
+    base = config if config is not None else ProfilerConfig()
+    effective = base.with_overrides(**overrides)
+    resolve_backend(effective.backend, effective)  # fail now, not at the first step
+    _end_loop(wait=False)  # a loop begun under the previous configuration
+    if not _state.enabled:  # (again after a disable: counted afresh)
+        _state.optimizer_steps = _state.clock_steps = _state.trainers = 0
+        _state.warned = False
+    _state.config = effective
+    _state.explicit = True
+    _enable()
+
+
+def autolog_from_environment() -> None:
+    """Autolog in this process, configured by the ``NEURON_MLFLOW_*`` variables (read when
+    first needed): what ``neuron-mlflow run``'s ``sitecustomize`` calls. Imports nothing
+    heavy until the program imports torch, Lightning or Transformers."""
+    _state.config = None
+    _enable()
+
+
+def autolog_summary() -> OpSummary | None:
+    """The last window's op summary of the loop profiled by the optimizer hook (waits,
+    bounded, for the worker to summarise it), ``None`` before the first."""
+    loop = _state.loop or _state.last_loop
+    return loop.attach.summaries.get(STAGE) if loop is not None else None
+
+
+def autolog_run_id() -> str | None:
+    """The MLflow run the optimizer hook's loop logs to (known after its first step)."""
+    loop = _state.loop or _state.last_loop
+    return loop.attach.run_id if loop is not None else None
+
+
+# -- enabling and disabling -------------------------------------------------------------
+
+
+def _enable() -> None:
+    if not _state.exit_hook:
+        atexit.register(_at_exit)
+        _state.exit_hook = True
+    if _state.enabled:
+        return
+    _state.enabled = True
+    hooks: dict[str, Callable[[ModuleType], None]] = {
+        TORCH: _hook_torch,
+        LIGHTNING: _patch_lightning,
+        TRANSFORMERS: _patch_transformers,
+    }
+    finder = _PostImportFinder(hooks)
+    sys.meta_path.insert(0, finder)
+    _state.finder = finder
+    for name, hook in hooks.items():
+        module = sys.modules.get(name)
+        if module is not None:  # imported before autolog: patched now
+            _run_hook(name, hook, module)
+
+
+def _disable() -> None:
+    """Remove the hook and the patches; hand the loop's window over; warn if nothing ran."""
+    finder, _state.finder = _state.finder, None
+    if finder is not None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(finder)
+    hook, _state.hook = _state.hook, None
+    if hook is not None:
+        with contextlib.suppress(Exception):
+            hook.remove()
+    for owner, name, original in reversed(_state.patches):
+        with contextlib.suppress(Exception):
+            setattr(owner, name, original)
+    _state.patches.clear()
+    was_enabled, _state.enabled = _state.enabled, False
+    _end_loop(wait=True)
+    if was_enabled:
+        _warn_if_nothing_profiled()
+
+
+def _run_hook(name: str, hook: Callable[[ModuleType], None], module: ModuleType) -> None:
+    """Apply one framework's patch; a failure is a warning, never the user's error."""
+    try:
+        hook(module)
+    except Exception as exc:
+        _warn(
+            f"neuron-mlflow autolog: could not attach to {name} ({type(exc).__name__}: "
+            f"{exc}); it runs unprofiled"
+        )
+
+
+def _warn(message: str) -> None:
+    with contextlib.suppress(Warning):  # `python -W error`: never an exception of ours
+        warnings.warn(message, NeuronMlflowWarning, stacklevel=3)
+
+
+def _config() -> ProfilerConfig:
+    """The configuration: autolog's own, else read from the environment (once)."""
+    if _state.config is None:
+        from neuron_mlflow.config import ProfilerConfig
+
+        _state.config = ProfilerConfig()
+    return _state.config
+
+
+# -- the post-import hook ------------------------------------------------------------------
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Runs a hook right after a watched module is imported (its code executed), whenever
+    that happens; every other import goes by untouched (one dictionary look-up)."""
+
+    def __init__(self, hooks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.hooks = hooks
+        self._finding: set[str] = set()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        hook = self.hooks.get(fullname)
+        if hook is None or fullname in self._finding:
+            return None
+        self._finding.add(fullname)
+        try:
+            spec: ModuleSpec | None = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._finding.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _HookedLoader(spec.loader, fullname, hook)
+        return spec
+
+
+class _HookedLoader(importlib.abc.Loader):
+    """The module's own loader, then the hook; the module keeps its own loader."""
+
+    def __init__(self, loader: Any, name: str, hook: Callable[[ModuleType], None]) -> None:
+        self.loader = loader
+        self.name = name
+        self.hook = hook
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        module: ModuleType | None = self.loader.create_module(spec)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        spec = module.__spec__
+        if spec is not None:
+            spec.loader = self.loader
+        module.__loader__ = self.loader
+        self.loader.exec_module(module)
+        if _state.enabled:
+            _run_hook(self.name, self.hook, module)
+
+
+# -- Lightning and Transformers: a callback per Trainer -------------------------------------
+
+
+def _patch(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+    original = owner.__dict__[name]
+    setattr(owner, name, make(original))
+    _state.patches.append((owner, name, original))
+
+
+def _owning(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A Trainer's training call: its callback owns its optimizer steps meanwhile."""
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        _state.owned += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _state.owned -= 1
+
+    return call
+
+
+def _patch_lightning(module: ModuleType) -> None:
+    trainer = module.Trainer
+
+    def make_init(original: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if _state.enabled:
+                callbacks = _guarded(_lightning_callbacks, kwargs.get("callbacks"))
+                if callbacks is not None:
+                    kwargs["callbacks"] = callbacks
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    _patch(trainer, "__init__", make_init)
+    _patch(trainer, "fit", _owning)
+
+
+def _lightning_callbacks(given: Any) -> list[Any] | None:
+    """The Trainer's callbacks with ours added; ``None`` when it already has one."""
+    from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
+
+    callbacks = [] if given is None else list(given) if isinstance(given, list | tuple) else [given]
+    if any(isinstance(c, NeuronProfilerCallback) for c in callbacks):
+        return None
+    callback = NeuronProfilerCallback(config=_config())
+    _adopt(callback)
+    return [*callbacks, callback]
+
+
+def _patch_transformers(module: ModuleType) -> None:
+    trainer = module.Trainer
+
+    def make_init(original: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if _state.enabled:
+                _guarded(_add_hf_callback, self)
+
+        return __init__
+
+    _patch(trainer, "__init__", make_init)
+    _patch(trainer, "train", _owning)
+
+
+def _add_hf_callback(trainer: Any) -> None:
+    # by name: the Hugging Face front end is the only module importing transformers
+    module = importlib.import_module("neuron_mlflow.integrations.transformers")
+    hf_callback = module.HfProfilerCallback
+    if any(isinstance(c, hf_callback) for c in trainer.callback_handler.callbacks):
+        return
+    callback = hf_callback(config=_config())
+    _adopt(callback)
+    trainer.add_callback(callback)
+
+
+def _adopt(callback: Any) -> None:
+    """A callback autolog added: waited for at exit (its windows in MLflow by then)."""
+    _state.trainers += 1
+    _state.callbacks.add(callback)
+
+
+def _guarded(fn: Callable[..., Any], *args: Any) -> Any:
+    """Our code inside a Trainer's ``__init__``: strict mode raises, else one warning."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        strict = _state.config.strict if _state.config is not None else False
+        if strict:
+            raise
+        _warn(f"neuron-mlflow autolog: {type(exc).__name__}: {exc}; this Trainer runs unprofiled")
+        return None
+
+
+# -- any other loop: the optimizer hook ------------------------------------------------------
+
+
+def _hook_torch(module: ModuleType) -> None:
+    if _state.hook is None:
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        _state.hook = optimizer.register_optimizer_step_post_hook(_on_optimizer_step)
+
+
+def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """After every ``optimizer.step()`` of the process: the clock's ends one loop step."""
+    state = _state
+    if state.owned or not state.enabled:
+        return
+    state.optimizer_steps += 1
+    decorator = sys.modules.get("neuron_mlflow.integrations.decorator")
+    if decorator is not None and getattr(decorator, "_open_profilers", None):
+        return  # an nm.profile of this process owns the steps
+    loop = state.loop
+    if loop is None:
+        loop = state.loop = _new_loop()
+        if loop is None:
+            return
+    loop.step(optimizer)
+
+
+def _new_loop() -> _Loop | None:
+    try:
+        loop = _Loop(_config())
+    except Exception as exc:
+        _disable_hook_after(exc)
+        return None
+    # our exit hook runs before the engine's (atexit runs the last registered first)
+    atexit.unregister(_at_exit)
+    atexit.register(_at_exit)
+    return loop
+
+
+def _disable_hook_after(exc: Exception) -> None:
+    """Profiling loops cannot start here (a bad configuration, say): one warning, hook off."""
+    hook, _state.hook = _state.hook, None
+    if hook is not None:
+        hook.remove()
+    strict = _state.config.strict if _state.config is not None else False
+    if strict:
+        raise exc
+    _warn(f"neuron-mlflow autolog: {type(exc).__name__}: {exc}; the training loop runs unprofiled")
+
+
+class _Loop:
+    """The steps of a loop found by the optimizer hook, on an :class:`Attachment`.
+
+    The first clock step begins step 0 (the loop's set-up is not a step); each later one
+    ends the open step and begins the next.
+    """
+
+    def __init__(self, config: ProfilerConfig) -> None:
+        from neuron_mlflow.engine.attach import Attachment
+
+        self.attach: Attachment = Attachment(config, stages=(STAGE,))
+        self.windows = self.attach.windows[STAGE]
+        self.clock: weakref.ref[Any] | None = None
+        self.started = False
+
+    def step(self, optimizer: Any) -> None:
+        clock = self.clock() if self.clock is not None else None
+        if clock is None:  # the first optimizer stepped (or the last clock is gone)
+            self.clock = weakref.ref(optimizer)
+        elif optimizer is not clock:
+            return
+        _state.clock_steps += 1
+        windows = self.windows
+        if not self.started:
+            self.started = True
+            self.attach.start(broadcast=_broadcast())
+            self.attach.start_watch()
+        else:
+            windows.next_step += 1
+            if not windows.end_quiet():
+                self.attach.guard(windows.end, windows.next_step)
+        if not windows.begin_quiet(windows.next_step):
+            self.attach.guard(windows.begin, windows.next_step)
+
+    def end(self, exc: BaseException | None, wait: bool) -> None:
+        if exc is not None:
+            self.attach.abort(exc)  # the window keeps its capture (incomplete)
+        self.windows.open_step = None
+        self.attach.end()
+        if wait:
+            self.attach.wait()
+
+
+def _broadcast() -> Callable[[Any], Any] | None:
+    """Rank 0's value to every rank through ``torch.distributed`` when a job of several
+    processes has its process group (only used when ``neuron-mlflow run`` did not give the
+    run and the job id in the environment): once, at the loop's first step."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+
+    def broadcast(value: Any) -> Any:
+        objects = [value]
+        dist.broadcast_object_list(objects, src=0)
+        return objects[0]
+
+    return broadcast
+
+
+def _end_loop(wait: bool) -> None:
+    loop, _state.loop = _state.loop, None
+    if loop is not None:
+        _state.last_loop = loop
+        with contextlib.suppress(Exception):
+            loop.end(None, wait)
+
+
+# -- the end of the process --------------------------------------------------------------------
+
+
+def _at_exit() -> None:
+    """Hand the loop's open window over (incomplete after an uncaught exception) and wait,
+    at most ``upload_timeout_s``, for the windows of the loop and of the callbacks autolog
+    added; then say so once if nothing was profiled."""
+    with contextlib.suppress(Exception):
+        loop, _state.loop = _state.loop, None
+        if loop is not None:
+            _state.last_loop = loop
+            failed = getattr(sys, "last_value", None)
+            loop.end(failed if isinstance(failed, BaseException) else None, wait=True)
+    with contextlib.suppress(Exception):
+        callbacks = list(_state.callbacks)
+        if callbacks:
+            deadline = time.monotonic() + _config().upload_timeout_s
+            for callback in callbacks:
+                with contextlib.suppress(Exception):
+                    callback.wait(max(0.0, deadline - time.monotonic()))
+    with contextlib.suppress(Exception):
+        _warn_if_nothing_profiled()
+
+
+def _warn_if_nothing_profiled() -> None:
+    """Once: under ``neuron-mlflow run`` this process's report for the verb; else, after an
+    ``nm.autolog()`` that found nothing, the warning (not in a multiprocessing child)."""
+    if _state.warned:
+        return
+    _state.warned = True
+    reports = os.environ.get(REPORTS_ENV)
+    if reports:
+        report = {
+            "pid": os.getpid(),
+            "argv": sys.argv,
+            "torch": TORCH in sys.modules,
+            "optimizer_steps": _state.optimizer_steps,
+            "steps": _state.clock_steps,
+            "trainers": _state.trainers,
+        }
+        with contextlib.suppress(OSError):
+            Path(reports, f"{os.getpid()}.json").write_text(json.dumps(report), "utf-8")
+        return
+    if not _state.explicit or _state.optimizer_steps or _state.trainers:
+        return
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return
+    _warn(f"neuron-mlflow autolog: {NOTHING_PROFILED}")

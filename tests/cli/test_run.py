@@ -1,0 +1,265 @@
+"""``neuron-mlflow run [options] -- COMMAND``: a plain PyTorch script that does not import
+neuron_mlflow, profiled into one MLflow run, alone and under ``torchrun`` (gloo, CPU); the
+command's exit code and signals pass through; bad options are one line and exit 2; a loop
+without an optimizer gets one warning and finishes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from neuron_mlflow.cli.run import field_options
+from tests.helpers import artifact_files, metric_history
+
+BIN = Path(sys.executable).parent
+
+SCRIPT = """\
+import os, sys
+import torch
+
+def main(steps, code):
+    ddp = "RANK" in os.environ
+    if ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    if ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(torch.randn(8, 16)).pow(2).mean().backward()
+        optimizer.step()
+    if ddp:
+        dist.destroy_process_group()
+    print("trained", "neuron_mlflow.cli" not in sys.modules)
+    sys.exit(code)
+
+main(int(sys.argv[1]), int(sys.argv[2]))
+"""
+
+NO_OPTIMIZER = """\
+import torch
+model = torch.nn.Linear(4, 2)
+with torch.no_grad():
+    for _ in range(5):
+        model(torch.randn(3, 4))
+print("inferred")
+"""
+
+
+def _env(tracking_uri: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "NEURON_MLFLOW"))}
+    env["MLFLOW_TRACKING_URI"] = tracking_uri
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # python, torchrun: this venv's
+    env["NEURON_MLFLOW_STRICT"] = "1"
+    env["NEURON_MLFLOW_WORKER_IDLE_S"] = "2"
+    env["NEURON_MLFLOW_POLL_S"] = "0"
+    return env
+
+
+def _run(
+    args: list[str], tmp_path: Path, tracking_uri: str, timeout: float = 600, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    env = _env(tracking_uri)
+    env.update(extra)
+    return subprocess.run(
+        [str(BIN / "neuron-mlflow"), "run", *args],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def _only_run(tracking_uri: str, experiment: str) -> str:
+    client = MlflowClient(tracking_uri)
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    runs = client.search_runs([experiment_id])
+    assert len(runs) == 1, [r.info.run_id for r in runs]
+    return runs[0].info.run_id
+
+
+def _options(tmp_path: Path, experiment: str) -> list[str]:
+    return [
+        "--backend", "cpu", "--schedule.warmup", "1", "--schedule.active", "3",
+        "--local-dir", str(tmp_path / "spool"), "--experiment", experiment,
+    ]  # fmt: skip
+
+
+def test_a_plain_script_is_profiled_into_one_run(tracking_uri, tmp_path) -> None:
+    (tmp_path / "script.py").write_text(SCRIPT)
+    result = _run(
+        [*_options(tmp_path, "run-plain"), "--", "python", "script.py", "8", "0"],
+        tmp_path, tracking_uri,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "trained True" in result.stdout  # the script never imported our CLI
+    run_id = _only_run(tracking_uri, "run-plain")
+    assert run_id in result.stderr  # printed first, for `neuron-mlflow capture RUN_ID`
+    # steps: the first optimizer.step() begins step 0; step 0 warms up, steps 1-3 recorded
+    assert metric_history(run_id, "profile/train/steps") == [(4, 3.0)]
+    files = artifact_files(run_id)
+    assert "profile/train/step_000001-000003/summary.json" in files
+    assert any(f.startswith("profile/train/step_000001-000003/traces/") for f in files)
+    run = MlflowClient(tracking_uri).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["neuron_mlflow.command"] == "python script.py 8 0"
+    assert "no torch.optim optimizer stepped" not in result.stderr
+
+
+def test_the_exit_code_is_the_commands(tracking_uri, tmp_path) -> None:
+    (tmp_path / "script.py").write_text(SCRIPT)
+    result = _run(
+        [*_options(tmp_path, "run-exit"), "--", "python", "script.py", "6", "3"],
+        tmp_path, tracking_uri,
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr[-4000:]
+    run_id = _only_run(tracking_uri, "run-exit")
+    assert MlflowClient(tracking_uri).get_run(run_id).info.status == "FAILED"
+    assert metric_history(run_id, "profile/train/steps") == [(4, 3.0)]  # still logged
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_log_into_one_run(tracking_uri, tmp_path) -> None:
+    (tmp_path / "script.py").write_text(SCRIPT)
+    result = _run(
+        [*_options(tmp_path, "run-ddp"), "--", "torchrun", "--nproc-per-node", "2",
+         "script.py", "8", "0"],
+        tmp_path, tracking_uri,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    run_id = _only_run(tracking_uri, "run-ddp")  # every rank in the one run
+    for rank in (0, 1):  # each rank's own worker logs its times
+        for name in ("cpu_time_us", "wall_time_us"):
+            history = metric_history(run_id, f"profile/train/rank/{rank}/{name}")
+            assert [step for step, _ in history] == [4], (rank, name, history)
+            assert all(value > 0 for _, value in history)
+    files = artifact_files(run_id)
+    for rank in (0, 1):
+        assert any(f.startswith(f"profile/train/step_000001-000003/traces/rank_{rank}/")
+                   for f in files), rank  # fmt: skip
+    assert MlflowClient(tracking_uri).get_run(run_id).data.tags["neuron_mlflow.world_size"] == "2"
+    assert "no torch.optim optimizer stepped" not in result.stderr  # (torchrun's own process)
+
+
+def test_a_loop_without_an_optimizer_gets_one_warning(tracking_uri, tmp_path) -> None:
+    (tmp_path / "infer.py").write_text(NO_OPTIMIZER)
+    result = _run(
+        [*_options(tmp_path, "run-noopt"), "--", "python", "infer.py"], tmp_path, tracking_uri
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "inferred" in result.stdout  # the job finished
+    assert result.stderr.count("no torch.optim optimizer stepped") == 1, result.stderr
+    assert "nm.profile" in result.stderr and "prof.step()" in result.stderr
+
+
+def test_bad_options_are_one_line_and_exit_2(tracking_uri, tmp_path) -> None:
+    for args, expected in [
+        (["--schedule.active", "0", "--", "true"], "--schedule.active '0'"),
+        (["--backend", "tpu", "--", "true"], "'auto', 'neuron', 'cuda' or 'cpu'"),
+        (["--frobnicate", "1", "--", "true"], "--frobnicate"),
+        (["--backend", "cpu"], "no command"),
+    ]:
+        result = _run(args, tmp_path, tracking_uri)
+        assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert expected in result.stderr, result.stderr
+    result = _run(["--", "no-such-command-here"], tmp_path, tracking_uri)
+    assert result.returncode == 127 and "command not found" in result.stderr
+
+
+def test_options_are_the_config_fields() -> None:
+    flags = {o.flag: o.env for o in field_options()}
+    assert flags["--schedule.warmup"] == "NEURON_MLFLOW_SCHEDULE__WARMUP"
+    assert flags["--local-dir"] == "NEURON_MLFLOW_LOCAL_DIR"
+    assert flags["--neuron.system-metrics"] == "NEURON_MLFLOW_NEURON__SYSTEM_METRICS"
+    assert flags["--trigger.factor"] == "NEURON_MLFLOW_TRIGGER__FACTOR"
+    assert "--run-name" in flags and "--experiment-name" in flags
+
+
+def test_help_lists_the_fields(capsys) -> None:
+    from neuron_mlflow.cli import main
+
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--schedule.warmup VALUE" in text and "--neuron.explorer-summary" in text
+    assert "(auto, neuron, cuda, cpu)" in text and "%%" not in text
+
+
+def test_options_reach_every_process_as_the_environment(tracking_uri, tmp_path) -> None:
+    code = (
+        "import os, neuron_mlflow as nm; c = nm.ProfilerConfig(); "
+        "print(c.schedule.active, c.neuron.modes, c.keep_local, c.experiment_name, "
+        "os.environ['MLFLOW_RUN_ID'] == os.environ.get('EXPECTED', os.environ['MLFLOW_RUN_ID']))"
+    )
+    result = _run(
+        ["--schedule.active", "7", "--neuron.modes", "device", "--keep-local",
+         "--experiment", "run-env", "--", "python", "-c", code],
+        tmp_path, tracking_uri,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.split() == ["7", "('device',)", "True", "run-env", "True"]
+
+
+def test_a_sitecustomize_of_the_user_still_runs(tracking_uri, tmp_path) -> None:
+    site = tmp_path / "usersite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("print('user sitecustomize')\n")
+    code = (
+        "import sys; "
+        "print('autolog' if 'neuron_mlflow.integrations.autolog' in sys.modules else '-')"
+    )
+    result = _run(["--", "python", "-c", code], tmp_path, tracking_uri, PYTHONPATH=str(site))
+    assert result.returncode == 0, result.stderr[-4000:]
+    # (the verb's own interpreter ran the user's sitecustomize too: the first line)
+    assert result.stdout.endswith("user sitecustomize\nautolog\n"), result.stdout
+
+
+def test_our_failure_never_stops_the_program(tmp_path) -> None:
+    """A process whose autolog cannot start (here: a config file that is gone) runs its
+    training unprofiled, with one warning."""
+    from neuron_mlflow.cli.run import SITE_DIR
+
+    (tmp_path / "script.py").write_text(SCRIPT)
+    env = _env(f"sqlite:///{tmp_path / 'x.db'}")
+    env.update(
+        NEURON_MLFLOW_AUTOLOG="1", PYTHONPATH=str(SITE_DIR), NEURON_MLFLOW_STRICT="0",
+        NEURON_MLFLOW_CONFIG=str(tmp_path / "gone.yaml"),
+    )  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "script.py", "6", "0"], capture_output=True, text=True, env=env,
+        cwd=tmp_path, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "trained" in result.stdout
+    assert result.stderr.count("the training loop runs unprofiled") == 1, result.stderr
+
+
+def test_sigterm_reaches_the_command(tracking_uri, tmp_path) -> None:
+    (tmp_path / "wait.py").write_text(
+        "import signal, sys, time\n"
+        "def stop(*args):\n"
+        "    print('got SIGTERM', flush=True)\n"
+        "    sys.exit(7)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [str(BIN / "neuron-mlflow"), "run", "--", "python", "wait.py"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tracking_uri),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 7, err[-3000:]
+    assert "got SIGTERM" in out
