@@ -173,18 +173,16 @@ def test_each_trainer_gets_exactly_one_callback(tracking_uri, tmp_path) -> None:
     lines = result.stdout.splitlines()
     assert "lightning 1" in lines
     assert "lightning-given 1 True" in lines  # the user's own, not a second one
-    assert "hf 1" in lines or "hf absent" in lines
+    try:
+        import neuron_mlflow.integrations.transformers  # noqa: F401
+    except ImportError:  # (the Hugging Face front end is not in this tree)
+        assert "hf absent" in lines
+    else:
+        assert "hf 1" in lines
     assert "hook steps 0 0" in lines  # the Trainers' steps were their callbacks' only
     assert "window 2" in lines
     assert "disabled 0" in lines
     assert "no torch.optim optimizer stepped" not in result.stderr
-
-
-def test_hf_trainer_gets_one_callback(tracking_uri, tmp_path) -> None:
-    pytest.importorskip("neuron_mlflow.integrations.transformers")
-    result = _python(TRAINERS, tmp_path, tracking_uri)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "hf 1" in result.stdout.splitlines()
 
 
 NO_OPTIMIZER = """\
