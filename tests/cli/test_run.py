@@ -263,3 +263,51 @@ def test_sigterm_reaches_the_command(tracking_uri, tmp_path) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 7, err[-3000:]
     assert "got SIGTERM" in out
+
+
+SLOW_LOOP = """\
+import pathlib, time
+import torch
+
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+deadline = time.monotonic() + 240
+while not pathlib.Path("stop").exists() and time.monotonic() < deadline:
+    optimizer.zero_grad()
+    model(torch.randn(8, 16)).sum().backward()
+    optimizer.step()
+    time.sleep(0.01)
+print("stopped")
+"""
+
+
+@pytest.mark.slow
+def test_a_schedule_with_no_window_is_profiled_on_demand(tracking_uri, tmp_path) -> None:
+    """``--schedule.skip-first`` past the job's end: no window, until ``neuron-mlflow
+    capture RUN_ID`` asks the running job for one (the processes' watcher polls the run)."""
+    (tmp_path / "loop.py").write_text(SLOW_LOOP)
+    env = _env(tracking_uri)
+    env["NEURON_MLFLOW_POLL_S"] = "0.5"
+    proc = subprocess.Popen(
+        [str(BIN / "neuron-mlflow"), "run", "--backend", "cpu", "--schedule.skip-first",
+         "1000000", "--local-dir", str(tmp_path / "spool"), "--", "python", "loop.py"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        lines = iter(proc.stderr.readline, "")
+        line = next((x for x in lines if "neuron-mlflow capture " in x), "")  # (MLflow's log)
+        assert line, "the run id was not printed"
+        run_id = line.split("neuron-mlflow capture ")[1].strip(" )\n")
+        asked = subprocess.run(
+            [str(BIN / "neuron-mlflow"), "capture", run_id, "--steps", "2", "--warmup", "0",
+             "--wait", "--timeout", "180"],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240, check=False,
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+    finally:
+        (tmp_path / "stop").write_text("")
+        out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    assert "stopped" in out
+    assert [value for _, value in metric_history(run_id, "profile/train/steps")] == [2.0]
