@@ -20,6 +20,7 @@ _EXPORTS = {
     "ConfigError": "neuron_mlflow.errors",
     "NeuronMlflowError": "neuron_mlflow.errors",
     "NeuronMlflowWarning": "neuron_mlflow.errors",
+    "HfProfilerCallback": "neuron_mlflow.integrations.transformers",
     "NeuronOptions": "neuron_mlflow.config",
     "NeuronProfilerCallback": "neuron_mlflow.integrations.lightning",
     "OpStats": "neuron_mlflow.summary.ops",
@@ -52,6 +53,7 @@ if _TYPE_CHECKING:
     from neuron_mlflow.integrations.autolog import autolog
     from neuron_mlflow.integrations.decorator import Profiler, profile
     from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
+    from neuron_mlflow.integrations.transformers import HfProfilerCallback
     from neuron_mlflow.sinks.comparison_files import publish_comparison
     from neuron_mlflow.sinks.pending import SyncReport
     from neuron_mlflow.sinks.profiles import compare_runs
@@ -77,6 +79,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BackendUnavailableError",
     "ConfigError",
+    "HfProfilerCallback",
     "NeuronMlflowError",
     "NeuronMlflowWarning",
     "NeuronOptions",

@@ -1,0 +1,382 @@
+"""The Hugging Face front end: :class:`HfProfilerCallback`, a ``transformers.TrainerCallback``.
+
+A thin callback over the engine's :class:`~neuron_mlflow.engine.attach.Attachment`, as the
+Lightning callback is: it says when a step begins and ends, which run to use, and which ranks
+capture. It uses only the ``TrainerCallback`` API (no private attribute of the Trainer, no
+patch), so that a trainer calling the same hooks works too (optimum-neuron's
+``NeuronTrainer`` calls ``on_step_begin``, ``on_pre_optimizer_step``, ``on_optimizer_step``,
+``on_step_end`` and ``on_log``). Outside a window a step hook costs a few attribute reads and
+one comparison; no hook waits for a summary, an upload or another rank. Only this module
+imports ``transformers``.
+
+Example:
+    >>> import tempfile, torch
+    >>> from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    >>> import neuron_mlflow as nm
+    >>> callback = nm.HfProfilerCallback(schedule=nm.Schedule(warmup=1, active=2),
+    ...                                  backend="cpu", local_dir=tempfile.mkdtemp())
+    >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64,
+    ...                                    n_positions=16, bos_token_id=0, eos_token_id=0))
+    >>> data = [{"input_ids": torch.randint(0, 64, (16,)), "labels": torch.randint(0, 64, (16,))}
+    ...         for _ in range(8)]
+    >>> args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, use_cpu=True,
+    ...                          report_to=[], save_strategy="no", disable_tqdm=True)
+    >>> trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
+    >>> _ = trainer.train()  # doctest: +ELLIPSIS
+    {'train_runtime': ...}
+    >>> callback.summaries["train"].steps
+    2
+    >>> callback.wait()  # the window in MLflow (train() returned without waiting for it)
+    True
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import sys
+import warnings
+import weakref
+from collections.abc import Iterable
+from types import FrameType
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.attach import Attachment
+from neuron_mlflow.engine.stages import StageWindows
+from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
+from neuron_mlflow.integrations.stage_table import check_stages
+from neuron_mlflow.summary.ops import OpSummary
+
+STAGES = ("train", "evaluate")
+"""Stages the callback can profile: optimizer steps, and the evaluation loop's batches."""
+
+_TRAIN_STEP = "train_step"  # the markers of each stage's steps (neuron_mlflow: <name>)
+_EVALUATE_STEP = "evaluate_step"
+
+_unended: weakref.WeakSet[HfProfilerCallback] = weakref.WeakSet()
+"""Callbacks inside a ``train()`` (or an evaluation) that has not ended: one that raised."""
+
+
+class HfProfilerCallback(TrainerCallback):
+    """Profile a Hugging Face ``Trainer``'s optimizer steps into its MLflow run.
+
+    Args:
+        config: base configuration; defaults to ``ProfilerConfig()`` (environment, YAML file).
+        stages: ``train`` (optimizer steps) and/or ``evaluate`` (the evaluation loop's
+            batches); each has its own step counter and schedule, and metric prefix
+            ``<metric_prefix>/<stage>``.
+        ranks: global ranks that capture (default: all).
+        **overrides: ``ProfilerConfig`` fields overriding ``config``.
+
+    Raises:
+        ConfigError: a bad stage, rank or config value (the message lists what is allowed).
+        BackendUnavailableError: the backend cannot run here.
+
+    A ``train`` step is one optimizer step, from ``on_step_begin`` to ``on_step_end`` (with
+    gradient accumulation, all its micro-batches), numbered by ``state.global_step`` when it
+    begins; its metric step is ``state.global_step`` when the window is logged. An
+    ``evaluate`` step is one batch of the evaluation loop (``evaluate()`` and ``predict()``):
+    Transformers calls ``on_prediction_step`` after each batch and nothing before the first,
+    so a step runs from one batch's ``on_prediction_step`` to the next's, and the first batch
+    of each evaluation is not a step. Its steps count from 0 in each evaluation (step 0 is
+    the second batch); the metric step is the window's last step.
+
+    Windows go into the run Transformers' ``MLflowCallback`` logs to (``report_to``
+    including ``"mlflow"``), whatever the order of the callbacks, else the active run, else a
+    new one; under ``torchrun`` or ``accelerate launch`` every capturing rank uploads into
+    that run (rank 0's, broadcast once when training begins; no collective in a step hook).
+
+    ``train()`` returns when its steps end: the worker process summarises and uploads the
+    windows, even after this process ends; :meth:`wait` waits for them. After ``train()``
+    nothing of the callback runs in this process: no thread, no signal handler. Transformers
+    calls no callback when ``train()`` raises: the window open then is kept (incomplete) and
+    what the callback started is stopped by :meth:`close`, by the next ``train()``, or at
+    the process's exit, whichever comes first.
+    """
+
+    def __init__(
+        self,
+        config: ProfilerConfig | None = None,
+        stages: str | Iterable[str] = ("train",),
+        ranks: Iterable[int] | None = None,
+        **overrides: Any,
+    ) -> None:
+        base = config if config is not None else ProfilerConfig()
+        self.config = base.with_overrides(**overrides)
+        self.stages = check_stages(stages, STAGES)
+        self.attachment = Attachment(self.config, self.stages, ranks, all_stages=STAGES)
+        """The engine's side of this callback (options, stages' windows, worker, watcher)."""
+        self.ranks = self.attachment.ranks
+        self._guard = self.attachment.guard
+        # the step hooks' test: the stage's windows when it is profiled, else None
+        self._train: StageWindows | None = self.attachment.profiled["train"]
+        self._evaluate: StageWindows | None = self.attachment.profiled["evaluate"]
+        self._training = False  # inside train() (on_train_begin seen, on_train_end not yet)
+        self._evaluating = False  # an evaluation loop's first batch seen, its end not yet
+
+    @property
+    def summaries(self) -> dict[str, OpSummary]:
+        """The last window's op summary of each stage this rank captured."""
+        return self.attachment.summaries
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run windows are logged to (known once training begins)."""
+        return self.attachment.run_id
+
+    def prefix(self, stage: str) -> str:
+        """The metric prefix ``P`` of ``stage``: ``<metric_prefix>/<stage>``."""
+        return self.attachment.prefix(stage)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
+        has uploaded every window this callback handed it; True when none is left.
+
+        ``train()`` returns without waiting for its windows' uploads. Call this before reading
+        the windows back from MLflow, or before measuring something else in this process. A
+        window the worker could not upload stays in ``local_dir`` for ``neuron-mlflow sync``.
+        """
+        return self.attachment.wait(timeout_s)
+
+    def close(self) -> None:
+        """Stop what the callback started, after a ``train()`` (or evaluation) that raised:
+        Transformers calls no callback then. The window open at the failure is kept
+        (incomplete, not uploaded; ``neuron-mlflow sync --include-incomplete`` uploads it).
+        Nothing waits for uploads (:meth:`wait` does). Idempotent; the next ``train()`` and
+        the process's exit do it too."""
+        self._end(_Unended("train() or an evaluation did not reach its end"))
+
+    def _end(self, exc: BaseException) -> None:
+        if self._training or self._evaluating:
+            self._training = self._evaluating = False
+            self.attachment.abort(exc)
+        _unended.discard(self)
+        self.attachment.end()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Which windows each stage has logged, so a resumed job does not log them again."""
+        return self.attachment.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (missing keys read as defaults)."""
+        self.attachment.load_state_dict(state_dict)
+
+    # -- training ------------------------------------------------------------------------
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        if self._training or self._evaluating:  # an earlier train() raised
+            self.close()
+        self._training = True
+        _unended.add(self)
+        self._guard(self._begin_training, args, state, kwargs.get("model"), sys._getframe(1))
+
+    def _begin_training(
+        self, args: TrainingArguments, state: TrainerState, model: Any, caller: FrameType
+    ) -> None:
+        self._start(args, state, model, caller)
+        windows = self._train
+        if windows is None:
+            return
+        windows.restart(state.global_step, quiet=False)
+        detail = (
+            f"max_steps={state.max_steps}, "
+            f"gradient_accumulation_steps={args.gradient_accumulation_steps}"
+        )
+        message = windows.plan_warning("train", state.max_steps, state.global_step, detail)
+        if message is not None and state.is_world_process_zero:
+            warnings.warn(f"HfProfilerCallback: {message}", NeuronMlflowWarning, stacklevel=2)
+
+    # The two step hooks every optimizer step runs: outside a window a few attribute reads and
+    # one comparison, outside the guard (StageWindows.begin_quiet / end_quiet never raise).
+
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        windows = self._train
+        # (a trainer that calls it for every micro-batch: the first one begins the step)
+        if windows is not None and windows.open_step is None:
+            step = state.global_step
+            if not windows.begin_quiet(step):
+                # marked until the step ends (neuron_mlflow: train_step): evaluation,
+                # checkpoints and the loop's own work between steps are not summarised
+                self._guard(windows.begin, step, _TRAIN_STEP)
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        windows = self._train
+        if windows is not None and not windows.end_quiet():
+            self._guard(windows.end, state.global_step)
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        windows = self._train
+        if windows is not None:
+            last = windows.open_step if windows.open_step is not None else state.global_step - 1
+            self._guard(windows.finish, last)  # a window cut short: partial
+        if self._evaluating:  # an evaluation that raised inside train(): its window is kept
+            self._evaluating = False
+            self.attachment.abort(_Unended("an evaluation did not end"))
+        self._training = False
+        _unended.discard(self)
+        self.attachment.end()  # hand over to the worker; no thread or handler of ours stays
+
+    # -- evaluation: one step per batch, from one on_prediction_step to the next -----------
+
+    def on_prediction_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        windows = self._evaluate
+        if windows is None:
+            return
+        if windows.open_step is not None:  # this batch ends the step begun at the last one
+            if not windows.end_quiet():
+                self._guard(windows.end, windows.open_step)
+            windows.next_step += 1
+        elif not self._evaluating:  # the evaluation's first batch: its end begins step 0
+            self._guard(self._begin_evaluation, args, state, kwargs, sys._getframe(1))
+        if not windows.begin_quiet(windows.next_step):
+            self._guard(windows.begin, windows.next_step, _EVALUATE_STEP)
+
+    def _begin_evaluation(
+        self, args: TrainingArguments, state: TrainerState, kwargs: dict[str, Any],
+        caller: FrameType,
+    ) -> None:  # fmt: skip
+        self._evaluating = True
+        _unended.add(self)
+        if not self._training:  # evaluate() or predict() on its own
+            self._start(args, state, kwargs.get("model"), caller)
+        windows = self.attachment.windows["evaluate"]
+        windows.restart(0)
+        batches = _length(kwargs.get("eval_dataloader"))
+        planned = None if batches is None else batches - 1
+        detail = f"{batches} batches, the first of which is not a step"
+        message = windows.plan_warning("evaluate", planned, 0, detail)
+        if message is not None and state.is_world_process_zero:
+            warnings.warn(f"HfProfilerCallback: {message}", NeuronMlflowWarning, stacklevel=2)
+
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        self._end_evaluation()
+
+    def on_predict(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+        metrics: Any = None, **kwargs: Any,
+    ) -> None:  # fmt: skip
+        self._end_evaluation()
+
+    def _end_evaluation(self) -> None:
+        if not self._evaluating:
+            return
+        self._evaluating = False
+        windows = self.attachment.windows["evaluate"]
+        # the step begun at the last batch's end has no batch: it is not a step
+        last = windows.open_step - 1 if windows.open_step is not None else windows.next_step - 1
+        self._guard(windows.finish, last)  # a window cut short: partial
+        session = windows.session
+        if session is not None and session.window_open:  # opened for that step: nothing in it
+            self._guard(session.flush)
+        if not self._training:
+            _unended.discard(self)
+            self.attachment.end()
+
+    # -- run, ranks ------------------------------------------------------------------------
+
+    def _start(
+        self, args: TrainingArguments, state: TrainerState, model: Any, caller: FrameType
+    ) -> None:
+        """This process's options (once), the worker, the system metrics, the watcher."""
+        run = None
+        if self.attachment.options is None and state.is_world_process_zero:
+            run = _mlflow_callback_run(args, state, model, caller)
+        rank, world_size = getattr(args, "process_index", None), getattr(args, "world_size", None)
+        if rank is None or world_size is None:  # (else torch.distributed or torchrun's env)
+            rank = world_size = None
+        self.attachment.start(rank=rank, world_size=world_size, run=run, broadcast=_broadcast)
+        self.attachment.start_watch()
+
+
+class _Unended(NeuronMlflowError):
+    """What an open window is kept with when its ``train()`` never reached its end."""
+
+
+def _mlflow_callback_run(
+    args: TrainingArguments, state: TrainerState, model: Any, caller: FrameType
+) -> tuple[str | None, str | None] | None:
+    """``(tracking_uri, run_id)`` of the run Transformers' ``MLflowCallback`` logs to, when
+    the Trainer has one; ``None`` otherwise (the active run, else a new one, decides).
+
+    The callback handler calling our hook holds the Trainer's callbacks. An ``MLflowCallback``
+    after ours in that list has not set up its run yet: it is set up now, as its own first
+    hook would (it does so once, so its own hook then does nothing).
+    """
+    from transformers.integrations import MLflowCallback
+    from transformers.trainer_callback import CallbackHandler
+
+    callbacks: list[Any] = []
+    frame: FrameType | None = caller
+    for _ in range(4):  # the handler's call_event, or its on_<event> above it
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, CallbackHandler):
+            callbacks = list(owner.callbacks)
+            break
+        frame = frame.f_back
+    del frame
+    for callback in callbacks:
+        if isinstance(callback, MLflowCallback):
+            if not getattr(callback, "_initialized", True):
+                callback.setup(args, state, model)
+            import mlflow
+
+            active = mlflow.active_run()
+            if active is not None:
+                return mlflow.get_tracking_uri(), active.info.run_id
+    return None
+
+
+def _broadcast(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (set-up only): Accelerate's broadcast (XLA included),
+    else ``torch.distributed``'s."""
+    box = [value]
+    try:
+        from accelerate.utils import broadcast_object_list
+    except ImportError:
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(box, src=0)
+    else:
+        broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except Exception:
+        return None
+
+
+@atexit.register
+def _end_at_exit() -> None:
+    """A ``train()`` that raised, then the process ends: its open window is kept
+    (incomplete), as the Lightning callback does on an exception."""
+    failure = getattr(sys, "last_value", None)  # the exception that ended the script
+    exc = failure if isinstance(failure, BaseException) else _Unended("the process ended")
+    for callback in list(_unended):
+        with contextlib.suppress(Exception):
+            callback._end(exc)
