@@ -311,3 +311,65 @@ def test_a_schedule_with_no_window_is_profiled_on_demand(tracking_uri, tmp_path)
     assert proc.returncode == 0, err[-3000:]
     assert "stopped" in out
     assert [value for _, value in metric_history(run_id, "profile/train/steps")] == [2.0]
+
+
+READY_LOOP = """\
+import time
+import torch
+
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(100000):
+    optimizer.zero_grad()
+    model(torch.randn(8, 16)).sum().backward()
+    optimizer.step()
+    if step == 6:
+        print("ready", flush=True)
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_the_open_window(tracking_uri, tmp_path) -> None:
+    """SIGTERM to the verb reaches the command, whose handler keeps the open window (logged
+    as partial) before the process dies of it: exit 128 + 15."""
+    (tmp_path / "loop.py").write_text(READY_LOOP)
+    proc = subprocess.Popen(
+        [str(BIN / "neuron-mlflow"), "run", "--backend", "cpu", "--schedule.warmup", "0",
+         "--schedule.active", "100000", "--local-dir", str(tmp_path / "spool"),
+         "--experiment", "run-sigterm", "--", "python", "loop.py"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tracking_uri),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    run_id = _only_run(tracking_uri, "run-sigterm")
+    assert MlflowClient(tracking_uri).get_run(run_id).info.status == "KILLED"
+    deadline = time.monotonic() + 120  # the worker uploads it after the process died
+    while not (history := metric_history(run_id, "profile/train/steps")):
+        assert time.monotonic() < deadline, "the window kept at SIGTERM never landed"
+        time.sleep(0.5)
+    assert history[0][1] >= 6
+
+
+def test_ctrl_c_reaches_the_command(tracking_uri, tmp_path) -> None:
+    """SIGINT (Ctrl-C at a terminal reaches the verb) goes to the command once: its
+    KeyboardInterrupt ends it, exit 128 + 2, the run KILLED."""
+    (tmp_path / "loop.py").write_text(READY_LOOP)
+    proc = subprocess.Popen(
+        [str(BIN / "neuron-mlflow"), "run", "--backend", "cpu", "--local-dir",
+         str(tmp_path / "spool"), "--experiment", "run-sigint", "--", "python", "loop.py"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tracking_uri),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert err.count("KeyboardInterrupt") == 1, err[-3000:]
+    run_id = _only_run(tracking_uri, "run-sigint")
+    assert MlflowClient(tracking_uri).get_run(run_id).info.status == "KILLED"
