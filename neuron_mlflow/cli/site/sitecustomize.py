@@ -47,7 +47,9 @@ def _autolog() -> None:
         )
 
 
-if __name__ == "sitecustomize":  # (imported by site; a tool reading the file: nothing)
+# Only as ``site`` imports it in a process of ``neuron-mlflow run`` (the variable set): a tool
+# that imports the file (pytest's doctest collection) runs nothing.
+if __name__ == "sitecustomize" and "NEURON_MLFLOW_AUTOLOG" in os.environ:
     _chain()
-    if os.environ.get("NEURON_MLFLOW_AUTOLOG") == "1":
+    if os.environ["NEURON_MLFLOW_AUTOLOG"] == "1":
         _autolog()
