@@ -178,7 +178,7 @@ def build_run_parser(options: Sequence[FieldOption]) -> argparse.ArgumentParser:
         "--config", metavar="FILE", help="YAML file of ProfilerConfig fields (NEURON_MLFLOW_CONFIG)"
     )
     for option in options:
-        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if option.kind == "bool" else {}
+        extra: dict[str, Any] = {}
         parser.add_argument(
             option.flag, dest=option.dest, metavar="VALUE", help=option.help, **extra
         )
@@ -349,12 +349,49 @@ def _nothing_profiled(reports: Path) -> bool:
     return True
 
 
+BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off", "t", "f", "y", "n"}
+
+
+def _flags_alone(argv: Sequence[str], options: Sequence[FieldOption]) -> list[str]:
+    """``--keep-local`` alone becomes ``--keep-local=true``, so that the command after it
+    (``neuron-mlflow run --keep-local python train.py``) is not read as its value; only the
+    verb's own options are looked at, never the command's.
+
+    Example:
+        >>> _flags_alone(["--keep-local", "python", "--keep-local"], field_options())
+        ['--keep-local=true', 'python', '--keep-local']
+        >>> _flags_alone(["--keep-local", "no", "--top-k", "5", "x"], field_options())
+        ['--keep-local', 'no', '--top-k', '5', 'x']
+    """
+    flags = set()
+    for option in options:
+        if option.kind == "bool":
+            flags.update({option.flag, "--" + ".".join(option.path)})
+    out = list(argv)
+    i = 0
+    while i < len(out):
+        token = out[i]
+        if token == "--" or not token.startswith("-"):
+            break  # the command starts here
+        if "=" in token or token in ("-h", "--help"):
+            i += 1
+        elif token in flags:
+            if i + 1 < len(out) and out[i + 1].lower() in BOOL_WORDS:
+                i += 2
+            else:
+                out[i] = f"{token}=true"
+                i += 1
+        else:  # an option with a value (an unknown one: argparse says so)
+            i += 2
+    return out
+
+
 def run_command(argv: Sequence[str]) -> int:
     """``neuron-mlflow run ARGV``: run the command, return its exit code (see the module)."""
     options = field_options()
     parser = build_run_parser(options)
     try:
-        args = parser.parse_args(list(argv))
+        args = parser.parse_args(_flags_alone(argv, options))
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
     command = list(args.command)
@@ -369,7 +406,7 @@ def run_command(argv: Sequence[str]) -> int:
     if isinstance(config, str):
         print(f"neuron-mlflow run: {config}", file=sys.stderr)
         return EXIT_USAGE
-    if shutil.which(command[0]) is None:
+    if shutil.which(command[0]) is None and not Path(command[0]).exists():
         print(f"neuron-mlflow run: command not found: {command[0]}", file=sys.stderr)
         return EXIT_NOT_FOUND
     job_id = uuid.uuid4().hex
