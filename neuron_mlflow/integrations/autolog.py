@@ -348,6 +348,28 @@ def _patch_lightning(module: ModuleType) -> None:
 
     _patch(trainer, "__init__", make_init)
     _patch(trainer, "fit", _owning)
+    logger = importlib.import_module(f"{LIGHTNING}.loggers").MLFlowLogger
+    _patch(logger, "__init__", _run_from_environment)
+
+
+def _run_from_environment(original: Callable[..., None]) -> Callable[..., None]:
+    """Lightning's ``MLFlowLogger`` ignores ``MLFLOW_RUN_ID`` (MLflow's own convention, which
+    ``neuron-mlflow run`` sets): without a ``run_id`` of its own it logs into that run, so the
+    loss curves and the windows share one run."""
+
+    import inspect
+
+    names = list(inspect.signature(original).parameters)
+    positional = names.index("run_id") - 1 if "run_id" in names else 0  # (after self)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        run_id = os.environ.get("MLFLOW_RUN_ID")
+        if _state.enabled and run_id and kwargs.get("run_id") is None and len(args) < positional:
+            kwargs["run_id"] = run_id
+        original(self, *args, **kwargs)
+
+    return __init__
 
 
 def _lightning_callbacks(given: Any) -> list[Any] | None:

@@ -373,3 +373,40 @@ def test_ctrl_c_reaches_the_command(tracking_uri, tmp_path) -> None:
     assert err.count("KeyboardInterrupt") == 1, err[-3000:]
     run_id = _only_run(tracking_uri, "run-sigint")
     assert MlflowClient(tracking_uri).get_run(run_id).info.status == "KILLED"
+
+
+LIGHTNING = """\
+import mlflow
+from lightning.pytorch import Trainer
+from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.loggers import MLFlowLogger
+
+
+class Logged(BoringModel):
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        self.log("loss", out["loss"])
+        return out
+
+
+logger = MLFlowLogger(experiment_name="its-own", tracking_uri=mlflow.get_tracking_uri())
+trainer = Trainer(max_steps=6, logger=logger, log_every_n_steps=1, limit_val_batches=0,
+                  enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False)
+trainer.fit(Logged())
+"""
+
+
+@pytest.mark.slow
+def test_a_lightning_script_logs_into_the_one_run(tracking_uri, tmp_path) -> None:
+    """The Trainer gets its callback, and its MLFlowLogger (which ignores MLFLOW_RUN_ID by
+    itself) logs into the verb's run: the loss curve beside the windows."""
+    (tmp_path / "fit.py").write_text(LIGHTNING)
+    result = _run(
+        [*_options(tmp_path, "run-lightning"), "--", "python", "fit.py"], tmp_path, tracking_uri
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    run_id = _only_run(tracking_uri, "run-lightning")
+    assert metric_history(run_id, "profile/train/steps") == [(4, 3.0)]
+    assert len(metric_history(run_id, "loss")) >= 5
+    assert MlflowClient(tracking_uri).get_experiment_by_name("its-own") is None
