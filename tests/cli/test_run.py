@@ -410,3 +410,42 @@ def test_a_lightning_script_logs_into_the_one_run(tracking_uri, tmp_path) -> Non
     assert metric_history(run_id, "profile/train/steps") == [(4, 3.0)]
     assert len(metric_history(run_id, "loss")) >= 5
     assert MlflowClient(tracking_uri).get_experiment_by_name("its-own") is None
+
+
+HF = """\
+import tempfile
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 128, (16,))
+        return {"input_ids": ids, "labels": ids}
+
+
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128,
+                                   n_positions=32))
+args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=6, logging_steps=1,
+                         per_device_train_batch_size=2, report_to=["mlflow"], use_cpu=True,
+                         save_strategy="no", disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=Tokens()).train()
+"""
+
+
+@pytest.mark.slow
+def test_a_transformers_script_logs_into_the_one_run(tracking_uri, tmp_path) -> None:
+    """The Trainer gets its HfProfilerCallback, and Transformers' MLflowCallback resumes the
+    verb's run (MLFLOW_RUN_ID): its loss curve beside the windows."""
+    pytest.importorskip("neuron_mlflow.integrations.transformers")
+    (tmp_path / "train.py").write_text(HF)
+    result = _run(
+        [*_options(tmp_path, "run-hf"), "--", "python", "train.py"], tmp_path, tracking_uri
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    run_id = _only_run(tracking_uri, "run-hf")
+    assert [value for _, value in metric_history(run_id, "profile/train/steps")] == [3.0]
+    assert len(metric_history(run_id, "loss")) >= 5
