@@ -18,8 +18,8 @@ ops (a loop of ``x = x + 1; x.mul_(0.5)`` on 8 floats; under Lightning inside
 - **hook**: the call that ends the window: ``prof.step()`` (decorator), or the profiler
   callback's ``on_train_batch_end`` (Lightning: two timing callbacks, just before and just
   after it, read ``perf_counter``). Ours stops the profiler, lets torch export the trace into
-  the spool, renames the window into place and queues a job file for the worker process
-  (started here, on the first window); the raw one stops and exports.
+  the spool and writes the window's record into the queue of the worker process (started
+  when the first window opens); the raw one stops and exports.
 - **after**: the ``--after`` (20) steps right after the window, end of step to end of step
   (every hook and the data loading included), while our worker process summarises and
   uploads the window.
@@ -164,7 +164,7 @@ if sys.argv[2] == "memory":  # fresh memory touched and given back, as imports a
     import mmap
 if sys.argv[2] == "import":  # what our worker imports first (MLflow, our upload path), once
     import mlflow
-    import neuron_mlflow.engine.finish
+    import neuron_mlflow.engine.pipeline
     import neuron_mlflow.sinks.mlflow_sink
     os.set_blocking(fd, True)
     os.read(fd, 1)

@@ -104,21 +104,18 @@ def wait_handled(local_dir: str | Path, timeout_s: float = 60.0) -> None:
 
 def spooled_places(local_dir: str | Path) -> set[str]:
     """Where every window that ended is, or will be, under ``local_dir``: in place, or staged
-    with its end facts queued for the worker (which puts it in place). The queue is read
+    with its record queued for the worker (which puts it in place). The queue is read
     first: a window leaves it only once it is in place."""
-    import msgspec
-
-    from neuron_mlflow.engine.worker import Job
+    from neuron_mlflow.engine.worker import queued_place, read_job
     from neuron_mlflow.sinks.spool import Spool
 
     root = Path(local_dir)
     places = set()
     for job_file in (root / ".queue").glob("*.json"):
         try:
-            job = msgspec.json.decode(job_file.read_bytes(), type=Job)
-        except (OSError, msgspec.DecodeError):
+            places.add(str(queued_place(root, read_job(root, job_file))))
+        except (OSError, ValueError):
             continue  # taken by the worker meanwhile: in place now
-        places.add(str(root / job.window))
     return places | {str(r.path) for r in Spool(root).windows()}
 
 

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.capture.backends.base import Backend
 from neuron_mlflow.capture.interference import InterferenceProbe, Sample
-from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.naming import RECORDED_STEPS_KEY, STEP_INTERFERENCE_KEY
 from neuron_mlflow.schedule import Window, window_action
@@ -58,10 +57,7 @@ class LiveWindow:
         calls_marked: each step's own work is inside a call marker (the decorator).
         recorded_steps: steps recorded so far; ``last_recorded`` the last one's number.
         wall_ns: summed wall time of the recorded steps.
-        stats: what a backend read from the profiler itself (none do today: every window is
-            read from its trace, off the training thread).
-        device_busy_pct: the device's busy share, once the window is summarised.
-        errors: our failures while finishing the window (kept in the summary).
+        errors: our failures while capturing the window (kept in its record).
     """
 
     window: Window
@@ -73,8 +69,6 @@ class LiveWindow:
     recorded_steps: int = 0
     last_recorded: int = -1
     wall_ns: int = 0
-    stats: CapturedStats | None = None
-    device_busy_pct: float | None = None
     errors: list[str] = field(default_factory=list)
     marker: Any = None
     prof: Any = None

@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.engine.environment import package_version
-from neuron_mlflow.engine.window import WindowSpec, assemble_window
+from neuron_mlflow.engine.pipeline import write_files
 from neuron_mlflow.errors import IngestError
-from neuron_mlflow.naming import rank_metrics, run_tag, trace_folder
+from neuron_mlflow.naming import (
+    busy_metric,
+    rank_metrics,
+    run_tag,
+    trace_folder,
+    window_artifact_path,
+    window_metrics,
+)
 from neuron_mlflow.sinks.spool import ARTIFACTS, Spool, WindowRecord
 from neuron_mlflow.trace.summarize import TraceResult, summarize_trace
 
@@ -117,24 +124,23 @@ def spool_traces(
         for rank, (path, result) in ranks.items()
     }
     last = summary.steps - 1
-    record = assemble_window(
-        spool,
-        session_dir,
-        WindowSpec(
-            prefix=prefix,
-            index=0,
-            first=0,
-            last=last,
-            summary=summary,
-            top_k=top_k,
-            device_busy_pct=main.device_busy_pct,
-            extra_metrics=rank_values,
-            tags=tags,
-            staged=staged,
-            title=f"{prefix}: {ranks[main_rank][0].name} (rank {main_rank})",
-            document={"ranks": sources},
-        ),
-    )
+    record = spool.create_window(
+        session_dir, window_artifact_path(prefix, 0, last), summarised=False, staged=staged,
+        claimed=True,  # until uploaded: a `sync` running meanwhile leaves it alone
+        prefix=prefix, tags=tags, metric_step=last,
+        window={"index": 0, "first": 0, "last": last}, sources=sources,
+    )  # fmt: skip
+    try:
+        title = f"{prefix}: {ranks[main_rank][0].name} (rank {main_rank})"
+        write_files(record, summary, top_k, {"ranks": sources}, title)
+        metrics = window_metrics(summary, prefix, top_k)
+        if main.device_busy_pct is not None and summary.device_time_us is not None:
+            metrics[busy_metric(prefix)] = main.device_busy_pct
+        metrics.update(rank_values)
+        record.summarised(metrics)
+    except BaseException:
+        record.release()
+        raise
     return record, ranks
 
 

@@ -3,9 +3,11 @@
 Front ends (the decorator, the Lightning callback) only say when a step begins and ends.
 Outside a window a step costs a counter increment and one comparison: the profiler is
 created when a window's warm-up begins and stopped when its last recorded step ends. The
-step that ends a window only stops the profiler and lets the backend write its trace; the
-rest of the window (summary, window folder, upload) is finished by the background worker
-(:mod:`neuron_mlflow.engine.worker`, a process of its own). ``summary``, ``records`` and
+step that ends a window only stops the profiler, lets the backend write its trace and queues
+the window's one record (:mod:`neuron_mlflow.engine.finish`); the rest of the window (its
+place in the spool, summary, files, upload) is finished by the background worker
+(:mod:`neuron_mlflow.engine.worker`, a process of its own, with
+:mod:`neuron_mlflow.engine.pipeline`). ``summary``, ``records`` and
 ``run_id`` read what it finished, and wait for it only when called.
 
 Example:
@@ -43,19 +45,13 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.capture_requests import OnDemand, start_for_session
 from neuron_mlflow.engine.environment import package_version, rank_and_world_size
-from neuron_mlflow.engine.finish import (
-    LiveEnd,
-    draft_window,
-    end_facts,
-    spool_live,
-    warm_window_constants,
-)
+from neuron_mlflow.engine.finish import end_record, session_record, warm_window_constants
 from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.options import Options
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.upload import RunTarget
-from neuron_mlflow.engine.worker import Job, SkewRequest, WorkerClient
+from neuron_mlflow.engine.worker import WorkerClient
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, trace_folder
 from neuron_mlflow.schedule import (
@@ -67,6 +63,7 @@ from neuron_mlflow.schedule import (
 )
 from neuron_mlflow.sinks.claims import Claim
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
+from neuron_mlflow.sinks.window_record import Window as Record
 from neuron_mlflow.summary.ops import OpSummary, summary_from_dict
 
 P = ParamSpec("P")
@@ -112,11 +109,11 @@ class Results:
     handed: list[_Handed] = field(default_factory=list)
     closed: bool = False
 
-    def hand_off(self, record: WindowRecord, job: Job) -> bool:
-        """Queue the spooled ``record`` for the worker (``job`` says what to do with it)."""
+    def hand_off(self, path: Path, window: Record) -> bool:
+        """Queue the window's record for the worker (it puts the window at ``path``)."""
         assert self.client is not None
-        self.handed.append(_Handed(record.path, job.upload))
-        self.client.submit(job)
+        self.client.submit(window)
+        self.handed.append(_Handed(path, window.upload))
         return True
 
     def _read(self, handed: _Handed, summaries_only: bool) -> bool:
@@ -281,9 +278,9 @@ class ProfilingSession:
                 self._worker.ensure_running()
         self._results = Results(self._worker)
         self._capturing_claim: Claim | None = None
-        self._live: LiveEnd | None = None
+        self._base: Record | None = None
         self._stopped: LiveWindow | None = None  # the last window's profiler, to free
-        """The open window's :class:`LiveEnd`, its record drafted when it opened."""
+        """What every window's record of this session holds (made when the first opens)."""
         ranks = options.capture_ranks
         self._capture_ranks = tuple(sorted(ranks)) if ranks is not None else None
         self._rank_metrics = options.attached
@@ -432,8 +429,8 @@ class ProfilingSession:
         """Mark the end of step ``step_num``; closes the window after its last step.
 
         Returns:
-            When this step finished a window, its spooled record (summarised and uploaded
-            by the worker process), else ``None``.
+            When this step finished a window, its record (queued: put in place,
+            summarised and uploaded by the worker process), else ``None``.
         """
         capture = self._capture
         if capture is None:
@@ -557,7 +554,6 @@ class ProfilingSession:
         self._disabled = True
         self._next_start = None
         capture, self._capture = self._capture, None
-        self._live = None
         _capturing.discard(self)
         self._end_capturing()
         if capture is not None:
@@ -614,8 +610,9 @@ class ProfilingSession:
         # the claim first: a worker that sees it does not leave before the window's job
         self._capturing_claim = self.guarded(self._worker.capturing)
         try:
-            self.guarded(self._worker.prepare)  # a worker runs; the end's job file, made now
-            self._live = self.guarded(self._draft, capture)  # the record, before the window
+            self.guarded(self._worker.ensure_running)  # a worker runs, before the window
+            if self._base is None:  # the records' common part, made once, outside a window
+                self._base = self.guarded(self._session_record)
             self.guarded(capture.start)
         finally:
             if capture.prof is None:  # it did not start (strict mode raised, or off)
@@ -625,39 +622,25 @@ class ProfilingSession:
             _capturing.add(self)
             signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
 
-    def _draft(self, capture: LiveWindow) -> LiveEnd:
-        """What is known of the window when it opens, and its record drafted from it."""
+    def _session_record(self) -> Record:
+        """What every window's record of this session holds (:func:`finish.session_record`)."""
         assert self._session_dir is not None
         rank, world_size = self._rank()
-        live = LiveEnd(
-            capture=capture,
-            prefix=self.prefix,
-            spool=self._spool,
-            session_dir=self._session_dir,
-            rank=rank,
-            world_size=world_size,
-            traces_only=self._traces_only,
-            job_id=self.job_id,
-            target=self.target,
+        return session_record(
+            self.config, self.backend, self.prefix, self._session_dir.name, rank=rank,
+            world_size=world_size, traces_only=self._traces_only, job_id=self.job_id,
             rank_metrics=self._rank_metrics,
-        )
-        live.draft = draft_window(live)
-        Spool.save_draft(capture.staging, live.draft)  # the worker completes it at the end
-        root = self._spool.root
-        live.session_rel = self._session_dir.relative_to(root).as_posix()
-        live.staged_rel = capture.staging.relative_to(root).as_posix()
-        return live
+        )  # fmt: skip
 
     def _finish_window(
         self, status: str, partial: bool, error: str | None = None, place_now: bool = True
     ) -> WindowRecord | None:
-        """Stop the profiler here (the trace is written), note the window's end facts and
+        """Stop the profiler here (the trace is written), write the window's one record and
         queue it for the worker process: all the training thread does. The worker puts the
-        window in place (its drafted record completed with the facts); with ``place_now``
-        (an exception, a stage's end, a signal: the process may end next) this thread does.
-        Returns the window's record: its ``path`` is where it is, or will be, in place; a
-        window the worker places is returned as drafted (``WindowRecord.load(path)`` once
-        ``wait_summaries()`` returned reads it complete)."""
+        window in place (:meth:`Spool.place`); with ``place_now`` (an exception, a stage's
+        end, a signal: the process may end next) this thread does, the same way.
+        Returns the window's record: its ``path`` is where it is, or will be, in place
+        (``WindowRecord.load(path)`` once ``wait_summaries()`` returned reads it summarised)."""
         capture = self._capture
         if capture is None:
             return None
@@ -680,42 +663,34 @@ class ProfilingSession:
             shutil.rmtree(capture.staging, ignore_errors=True)
             return None
         upload = self.upload_enabled and status != "incomplete"
-        end, self._live = self._live, None
-        if end is None:  # drafting failed when the window opened
-            end = self.guarded(self._draft, capture)
-            if end is None:
+        base = self._base
+        if base is None:  # making it failed when the window opened
+            base = self._base = self.guarded(self._session_record)
+            if base is None:
                 return None
-        end.status, end.partial, end.error = status, partial, error
-        end.metric_step = None if self._metric_step is None else self._metric_step()
-        end.active_run = self.target.active_run()
-        facts = self.guarded(end_facts, end)
-        if facts is None:
+        rank, world_size = base.rank, base.world_size
+        skew = None
+        if rank == 0 and world_size > 1 and upload:
+            skew = list(self._capture_ranks or range(world_size))
+        window = self.guarded(
+            end_record, base, capture, status=status, partial=partial, error=error,
+            metric_step=None if self._metric_step is None else self._metric_step(),
+            run_id=self.target.known_run(self.target.active_run()),
+            tracking_uri=self.target.tracking_uri, upload=upload, skew_ranks=skew,
+        )  # fmt: skip
+        if window is None:
             return None
-        if place_now or end.draft is None:
-            record = self.guarded(spool_live, end, facts)  # in place before the step returns
+        path = self._spool.root / window.session / window.artifact_path
+        if place_now:  # in place before the step returns, then queued
+            record = self.guarded(self._spool.place, window)
             if record is None:
                 return None
-            staged = None
-        else:  # the worker puts it in place, its record completed with the facts
-            record = WindowRecord(path=end.session_dir / facts.artifact_path, window=end.draft)
-            staged = end.staged_rel
-        skew = None
-        if end.rank == 0 and end.world_size > 1 and upload:
-            ranks = self._capture_ranks or tuple(range(end.world_size))
-            skew = SkewRequest(self.prefix, facts.metric_step, tuple(ranks))
-        handed = Job(
-            window=f"{end.session_rel}/{facts.artifact_path}",
-            upload=upload,
-            upload_timeout_s=self.config.upload_timeout_s,
-            skew=skew,
-            staged=staged,
-            end=facts if staged is not None else None,
-        )
-        if self.guarded(self._results.hand_off, record, handed) is None and staged is not None:
-            # the job could not be queued: the window goes in place here, for `sync`
-            with suppress(Exception):
-                record = spool_live(end, facts)
-        return record
+            self.guarded(self._results.hand_off, path, window)
+            return record
+        if self.guarded(self._results.hand_off, path, window) is None:
+            # the record could not be queued: the window goes in place here, for `sync`
+            return self.guarded(self._spool.place, window)
+        return WindowRecord(path=path, window=window)
 
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"

@@ -1,11 +1,12 @@
 """The worker process: summarises, analyses, renders and uploads spooled windows.
 
 The training process only stops the profiler, lets it write its trace into the window's
-staging folder in the spool and drops a small job file into the spool's queue
-(``<local_dir>/.queue/``) with the window's end facts; this process puts the window in place
-(its record completed: :func:`~neuron_mlflow.engine.finish.place_ended`), and
-everything slow runs here, in another interpreter that imports no user code (and no
-``torch``: the trace engine reads the trace files), at a lower CPU priority. So no window
+staging folder in the spool and writes the window's one record
+(:class:`~neuron_mlflow.sinks.window_record.Window`) into the spool's queue
+(``<local_dir>/.queue/``: the record is the job); this process puts the window in place
+(:meth:`~neuron_mlflow.sinks.spool.Spool.place`), and everything slow runs here, in
+another interpreter that imports no user code (and no ``torch``: the trace engine reads
+the trace files), at a lower CPU priority. So no window
 measures the summary or the upload of the one before it, and no step waits for them.
 
 One worker serves one spool folder (ranks on a host share ``local_dir``, so one per host):
@@ -15,8 +16,9 @@ opens (:class:`WorkerClient`; it imports MLflow while the window is captured), h
 captured (``.capturing/``; at most :data:`PAUSE_MAX_S`), so a window never shares the CPU
 with the summary or the upload of the one before it. It
 takes the queued jobs in order, claims each window (:mod:`neuron_mlflow.sinks.claims`: a
-``neuron-mlflow sync`` never sends the same window), summarises it with the same code as
-``sync`` (:func:`~neuron_mlflow.engine.sync.summarise_spooled`) and uploads it. Each training
+``neuron-mlflow sync`` never sends the same window) and finishes it with the same pipeline
+as ``sync`` (:func:`~neuron_mlflow.engine.pipeline.finish_window`: summary, files, upload,
+clean-up). Each training
 process registers in ``<local_dir>/.clients/`` (a held ``flock``): the worker stays while one
 is alive (up to ``idle_s`` without work), and when the last one has exited or died it
 finishes its queue within the jobs' ``upload_timeout_s``, then exits; what is left stays in
@@ -40,16 +42,18 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from neuron_mlflow.engine.end_facts import EndFacts
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held
-from neuron_mlflow.sinks.prepared_files import prepare_file, write_whole
-from neuron_mlflow.sinks.spool import WindowRecord
+from neuron_mlflow.sinks.spool import Spool, write_whole
+from neuron_mlflow.sinks.window_record import Window, decode_window, encode_window
+
+if TYPE_CHECKING:
+    from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 
 CLIENTS = ".clients"
 """One lock file per living training process that handed windows to the worker."""
@@ -80,12 +84,6 @@ SKEW_WAIT_S = 30.0
 log = logging.getLogger("neuron_mlflow.worker")
 
 _job_counter = itertools.count()
-UNPLACED_SUFFIX = ".unplaced"
-"""A job whose window the worker could not put in place keeps its end facts under
-``<job>.json.unplaced`` in the queue: ``sync`` tries it again and says why it fails."""
-PREPARED_PREFIX = ".next_"
-"""A job file made when a window opened (:meth:`WorkerClient.prepare`):
-``.next_<pid>_<client>.tmp``, renamed into the queue at the window's end."""
 
 
 class SkewRequest(msgspec.Struct, frozen=True):
@@ -102,27 +100,25 @@ class SkewRequest(msgspec.Struct, frozen=True):
     ranks: tuple[int, ...]
 
 
-class Job(msgspec.Struct, frozen=True):
-    """One handed window: a file in the queue.
+def read_job(root: Path, path: Path) -> Window:
+    """The window record queued in the job file ``path`` (one of this release, or a job of
+    the release before, read by :mod:`neuron_mlflow.engine.legacy_queue`).
 
-    Attributes:
-        window: the window's folder, relative to the spool root.
-        upload: upload it after the summary (``False``: summarise and keep it pending).
-        upload_timeout_s: how long the worker may go on for it after its process ended.
-        skew: rank 0 asks for the rank skew metric of this window.
-        attempts: how often a worker started on it.
-        staged: the window's staging folder (relative to the spool root) while it is not in
-            place yet: the worker puts it at ``window`` first, completing its record with
-            ``end`` (the facts the training thread noted when the window ended).
+    Raises:
+        OSError: the file is gone, or the window it names is neither staged nor in place.
+        ValueError: the file is not a record.
     """
+    raw = path.read_bytes()
+    if b'"schema_version"' not in raw[:64]:
+        from neuron_mlflow.engine.legacy_queue import legacy_job
 
-    window: str
-    upload: bool = True
-    upload_timeout_s: float = 60.0
-    skew: SkewRequest | None = None
-    attempts: int = 0
-    staged: str | None = None
-    end: EndFacts | None = None
+        return legacy_job(root, raw, str(path))
+    return decode_window(raw, str(path))
+
+
+def queued_place(root: Path, window: Window) -> Path:
+    """Where a queued window is, or will be, in place."""
+    return root / window.session / window.artifact_path
 
 
 def _alive(pid: int) -> bool:
@@ -157,7 +153,6 @@ class WorkerClient:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._client_fd: Claim | None = None
-        self._prepared: Path | None = None
 
     def _register(self) -> None:
         if self._client_fd is not None:
@@ -166,10 +161,10 @@ class WorkerClient:
         folder.mkdir(parents=True, exist_ok=True)
         self._client_fd = claim_file(folder / f"{os.getpid()}_{id(self)}.lock")
 
-    def submit(self, job: Job) -> Path:
-        """Queue ``job`` (a small file, atomically) and make sure a worker runs: one was
-        made sure of when the window opened (:meth:`prepare`), and a worker does not leave
-        while a window is captured, so a prepared job's submit does not look again.
+    def submit(self, window: Window) -> Path:
+        """Queue the window's record (one small file, written under a hidden name and
+        renamed into the queue). A worker was made sure of when the window opened
+        (:meth:`ensure_running`), and a worker does not leave while a window is captured.
 
         Returns:
             The job file.
@@ -177,33 +172,15 @@ class WorkerClient:
         self._register()
         queue = self.root / QUEUE
         name = f"{time.time_ns():020d}_{os.getpid()}_{next(_job_counter)}.json"
-        tmp, self._prepared = self._prepared, None
-        ensure = tmp is None
-        if tmp is None:
-            tmp = queue / f".{name}.tmp"
+        tmp = queue / f".{name}.tmp"
+        data = encode_window(window)
         try:
-            write_whole(tmp, msgspec.json.encode(job))
-        except FileNotFoundError:  # no queue folder (not prepared, or removed since)
+            write_whole(tmp, data)
+        except FileNotFoundError:  # no queue folder yet (or removed since)
             queue.mkdir(parents=True, exist_ok=True)
-            write_whole(tmp, msgspec.json.encode(job))
+            write_whole(tmp, data)
         os.replace(tmp, queue / name)
-        if ensure:
-            self.ensure_running()
         return queue / name
-
-    def prepare(self) -> None:
-        """When a window opens (its :meth:`capturing` claim held): make sure a worker runs,
-        and make the next job's file now, under a hidden name: :meth:`submit` at the
-        window's end then only overwrites and renames it
-        (:mod:`neuron_mlflow.sinks.prepared_files`). A file left by a process that died is
-        removed by the worker."""
-        self._register()
-        self.ensure_running()
-        queue = self.root / QUEUE
-        queue.mkdir(parents=True, exist_ok=True)
-        tmp = queue / f"{PREPARED_PREFIX}{os.getpid()}_{id(self)}.tmp"
-        prepare_file(tmp, 8192)  # room for the end facts: a write that grows a file allocates
-        self._prepared = tmp
 
     def ensure_running(self) -> bool:
         """Start the worker unless one holds the spool's worker lock; True when started."""
@@ -297,7 +274,7 @@ class Worker:
     root: Path
     idle_s: float = IDLE_S
     poll_s: float = 0.02
-    _runs: dict[str, str] = field(default_factory=dict)
+    _sinks: dict[str | None, MlflowSink] = field(default_factory=dict)
     _followups: list[_Pending] = field(default_factory=list)
     _orphaned_since: float | None = None
     _followups_at: float = 0.0
@@ -306,18 +283,6 @@ class Worker:
         """The queued job files, oldest first."""
         queue = self.root / QUEUE
         return sorted(queue.glob("*.json")) if queue.is_dir() else []
-
-    def drop_stale_prepared(self) -> None:
-        """Remove the job files prepared by processes that are gone (one that died with a
-        window open leaves its unused ``.next_<pid>_<client>.tmp``). Removing a living
-        process's (a pid of another host, on a shared folder) costs it nothing: its
-        :meth:`WorkerClient.submit` makes the file again."""
-        queue = self.root / QUEUE
-        for path in queue.glob(f"{PREPARED_PREFIX}*.tmp") if queue.is_dir() else []:
-            pid = path.name.removeprefix(PREPARED_PREFIX).split("_", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                with contextlib.suppress(OSError):
-                    path.unlink()
 
     def capture_in_progress(self) -> bool:
         """True while a training process captures a window (it holds a capturing lock)."""
@@ -343,46 +308,62 @@ class Worker:
                 path.unlink()
         return alive
 
+    def sink(self, tracking_uri: str | None) -> MlflowSink:
+        """One sink per tracking server: it keeps the runs it chose."""
+        if tracking_uri not in self._sinks:
+            from neuron_mlflow.sinks.mlflow_sink import MlflowSink
+
+            self._sinks[tracking_uri] = MlflowSink(tracking_uri)
+        return self._sinks[tracking_uri]
+
+    def read(self, path: Path) -> Window | None:
+        """A queued record; an unreadable job file (or one whose window is gone) is
+        reported and dropped."""
+        try:
+            return read_job(self.root, path)
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, FileNotFoundError) and not path.exists():
+                return None  # taken meanwhile
+            log.warning("neuron-mlflow worker: unreadable job %s (%s); dropped", path, exc)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+
     def place_staged(self) -> None:
-        """Put every queued window that ended in place first (local files only, no
-        network): a window is in place even when the worker runs out of time for it."""
-        for path, job in staged_jobs(self.root, self.jobs()):
+        """Put every queued window in place first (local files only, no network): a window
+        is in place even when the worker runs out of time for it."""
+        spool = Spool(self.root)
+        for path in self.jobs():
+            window = self.read(path)
+            if window is None or not spool.staged_dir(window).is_dir():
+                continue
             self.wait_for_captures()
             try:
-                place_job_window(self.root, job)
-            except (OSError, ValueError) as exc:
-                # the job is kept, out of this worker's way, for `sync` (it says why)
-                with contextlib.suppress(OSError):
-                    os.replace(path, path.with_name(path.name + UNPLACED_SUFFIX))
-                log.warning(
-                    "neuron-mlflow worker: could not put %s in place (%s); its capture stays "
-                    "at %s, its job at %s%s", job.window, exc, self.root / str(job.staged), path,
-                    UNPLACED_SUFFIX,
-                )  # fmt: skip
+                spool.place(window)
+            except OSError as exc:  # tried again by process_job, which reports it
+                log.warning("neuron-mlflow worker: could not put %s in place (%s)",
+                            queued_place(self.root, window), exc)  # fmt: skip
 
     def run_once(self) -> int:
         """Process every job queued now; returns how many."""
         done = 0
         self.place_staged()
         for path in self.jobs():
-            try:
-                job = msgspec.json.decode(path.read_bytes(), type=Job)
-            except (OSError, msgspec.DecodeError) as exc:
-                log.warning("neuron-mlflow worker: unreadable job %s (%s); dropped", path, exc)
-                with contextlib.suppress(OSError):
-                    path.unlink()
+            window = self.read(path)
+            if window is None:
                 continue
+            timeout_s = window.config.upload_timeout_s if window.config is not None else 60.0
             if self._orphaned_since is not None and (
-                time.monotonic() - self._orphaned_since > job.upload_timeout_s
+                time.monotonic() - self._orphaned_since > timeout_s
             ):
                 return done  # out of time: it stays in the spool for `sync`
             self.wait_for_captures()
-            if job.attempts >= MAX_ATTEMPTS:
-                give_up(self, job)
+            if window.attempts >= MAX_ATTEMPTS:
+                give_up(self, window)
             else:  # counted first: a job that kills the worker is not retried forever
-                again = msgspec.structs.replace(job, attempts=job.attempts + 1)
-                path.write_bytes(msgspec.json.encode(again))
-                if not process_job(self, job):
+                again = msgspec.structs.replace(window, attempts=window.attempts + 1)
+                path.write_bytes(encode_window(again))
+                if not process_job(self, window):
                     break  # `sync` holds the window: the job stays, tried again later
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -437,7 +418,6 @@ class Worker:
                     continue
                 capturing = alive and self.capture_in_progress()  # a job is coming
                 if now - last_work > (self.idle_s if alive else 0.0) and not capturing:
-                    self.drop_stale_prepared()
                     _release(lock)
                     lock = None
                     # a job queued, or a window opened, while we decided to stop: its
@@ -453,36 +433,36 @@ class Worker:
             _release(lock)
 
 
-def give_up(worker: Worker, job: Job) -> None:
-    """The job killed the worker :data:`MAX_ATTEMPTS` times: its window is marked failed."""
+def give_up(worker: Worker, window: Window) -> None:
+    """The window killed the worker :data:`MAX_ATTEMPTS` times: it is marked failed."""
     with contextlib.suppress(Exception):
-        record = WindowRecord.load(worker.root / job.window)
-        record.failed(f"the worker process died {job.attempts} times on this window")
+        record = Spool(worker.root).place(window)
+        record.failed(f"the worker process died {window.attempts} times on this window")
         record.handled()
-    log.warning("neuron-mlflow worker: gave up on %s after %d attempts", job.window, job.attempts)
+    log.warning("neuron-mlflow worker: gave up on %s after %d attempts",
+                queued_place(worker.root, window), window.attempts)  # fmt: skip
 
 
-def process_job(worker: Worker, job: Job) -> bool:
-    """Summarise and (unless told not to) upload one window; never raises.
+def process_job(worker: Worker, window: Window) -> bool:
+    """Put one queued window in place and finish it (:func:`~neuron_mlflow.engine.
+    pipeline.finish_window`: summary, files, upload unless the record says not to,
+    clean-up); never raises. False when a ``sync`` holds the window (the job waits).
 
     The outcome is written into the window's record: its state (``summarised``,
     ``uploaded``, ``failed``), ``error`` and ``handled`` (the worker is finished with it),
     which the training process reads (``prof.summary``, ``prof.run_id``).
     """
-    from neuron_mlflow.engine.finish import summarise_window
+    from neuron_mlflow.engine.pipeline import WindowFailed, finish_window
     from neuron_mlflow.sinks.claims import claim
 
-    path = worker.root / job.window
+    path = queued_place(worker.root, window)
     try:
-        record = place_job_window(worker.root, job) or WindowRecord.load(path)
+        record = Spool(worker.root).place(window)
     except (OSError, ValueError) as exc:
-        staged = f" (its capture stays at {worker.root / job.staged})" if job.staged else ""
-        log.warning(
-            "neuron-mlflow worker: window %s is gone or unreadable (%s)%s", path, exc, staged
-        )
+        log.warning("neuron-mlflow worker: window %s is gone or unreadable (%s)", path, exc)
         return True
     try:
-        record.claim = claim(path)
+        record.claim = claim(record.path)
     except OSError as exc:
         log.warning("neuron-mlflow worker: window %s cannot be claimed (%s)", path, exc)
         return True
@@ -490,27 +470,22 @@ def process_job(worker: Worker, job: Job) -> bool:
         return False  # a `neuron-mlflow sync` holds it: the job waits for it
     try:
         record.reload()
-        if not record.window.summarised:
-            try:
-                summarise_window(record)
-            except Exception as exc:
-                message = (
-                    f"could not write the window's summary ({type(exc).__name__}: {exc}); "
-                    f"its raw capture is kept at {record.path}"
-                )
-                log.warning("neuron-mlflow: %s", message)
-                record.reload()  # not the summary's half-made changes
-                record.failed(message)
-                record.handled()
-                return True
-        if job.upload and record.status == "pending":
-            run_id = _upload(worker, record)
-            if run_id is not None and job.skew is not None:
+        upload = window.upload and record.status == "pending"
+        sink = worker.sink(record.window.tracking_uri) if upload else None
+        try:
+            finish_window(record, sink, upload=upload)
+        except WindowFailed as exc:
+            log.warning("neuron-mlflow: %s; kept at %s", exc, record.path)
+        else:
+            if upload and window.skew_ranks and record.window.run_id and sink is not None:
+                request = SkewRequest(
+                    str(record.window.prefix), record.window.metric_step,
+                    tuple(window.skew_ranks),
+                )  # fmt: skip
                 worker._followups.append(
-                    _Pending(job.skew, run_id, str(record.window.tracking_uri),
+                    _Pending(request, str(record.window.run_id), sink.tracking_uri,
                              time.monotonic() + SKEW_WAIT_S)
                 )  # fmt: skip
-        _cleanup(record)  # before `handled`: a session that read it sees the spool as left
         record.handled()
     except Exception as exc:  # never let one window stop the worker
         log.exception("neuron-mlflow worker: window %s failed", path)
@@ -520,74 +495,6 @@ def process_job(worker: Worker, job: Job) -> bool:
     finally:
         record.release()
     return True
-
-
-def staged_jobs(root: Path, paths: Iterable[Path]) -> list[tuple[Path, Job]]:
-    """The job files among ``paths`` whose window is still staged (not in place), read.
-    A file that cannot be read is left out (``run_once`` reports and drops it)."""
-    found = []
-    for path in paths:
-        try:
-            job = msgspec.json.decode(path.read_bytes(), type=Job)
-        except (OSError, msgspec.DecodeError):
-            continue
-        if job.staged is not None and (root / job.staged).is_dir():
-            found.append((path, job))
-    return found
-
-
-def place_job_window(root: Path, job: Job) -> WindowRecord | None:
-    """Put a job's ended window in place (its record completed with the job's end facts),
-    unless it is already; ``None`` for a job whose window was placed when it ended.
-
-    Raises:
-        OSError: the window is neither staged nor in place; ValueError: its draft is invalid.
-    """
-    if job.end is None or job.staged is None:
-        return None
-    from neuron_mlflow.engine.finish import place_ended
-
-    return place_ended(root / job.staged, root / job.window, job.end)
-
-
-def _cleanup(record: WindowRecord) -> None:
-    """After MLflow confirmed the window: its trace files leave the spool (unless
-    ``keep_local``), and the spool is held to ``local_max_bytes``; the manifest stays."""
-    from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload
-
-    if record.status != "done":
-        return  # nothing that was not uploaded is ever removed
-    config = record.window.document.get("config") or {}
-    cleanup_after_upload(
-        record.path, bool(config.get("keep_local", False)), config.get("local_max_bytes")
-    )
-
-
-def _upload(worker: Worker, record: WindowRecord) -> str | None:
-    """Upload one summarised window into its run; the error goes into its manifest."""
-    from neuron_mlflow.sinks.mlflow_sink import MlflowSink
-    from neuron_mlflow.sinks.pending import group_key, target_run
-
-    sink = None
-    try:
-        sink = MlflowSink(record.window.tracking_uri)
-        if record.window.tracking_uri != sink.tracking_uri:
-            record.update(tracking_uri=sink.tracking_uri)
-        sink.check_reachable()
-        key = f"{sink.tracking_uri}|{group_key(record)}"
-        run_id = record.window.run_id or worker._runs.get(key)
-        if run_id is None:
-            run_id = worker._runs[key] = target_run(sink, group_key(record), [record])
-        sink.upload(record, run_id)
-        return str(run_id)
-    except Exception as exc:
-        uri = sink.tracking_uri if sink is not None else "the tracking server"
-        record.upload_failed(
-            f"could not log the profiling window to MLflow at {uri} "
-            f"({type(exc).__name__}: {str(exc)[:300]})"
-        )
-        log.warning("neuron-mlflow: %s; kept at %s (pending)", record.window.error, record.path)
-        return None
 
 
 def log_rank_skew(pending: _Pending, final: bool) -> bool:
@@ -628,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         worker.wait_for_captures()
         import mlflow  # noqa: F401
 
-        import neuron_mlflow.engine.finish
+        import neuron_mlflow.engine.pipeline
         import neuron_mlflow.sinks.mlflow_sink  # noqa: F401
     worker.loop(lock)
     return 0

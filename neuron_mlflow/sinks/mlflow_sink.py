@@ -1,4 +1,9 @@
-"""The MLflow sink: resolve the run and upload a spooled window (``sync``: :mod:`.pending`).
+"""The MLflow sink: choose a window's run and upload the window (``sync``: :mod:`.pending`).
+
+Which run a window goes into is decided here, in one place (:meth:`MlflowSink.run_for`): the
+run the training thread knew (the active MLflow run, the session's ``run_id``), else its
+job's run (every rank's windows of one job, by the job's id), else a run made for its group
+(its original run, else its session), found again by a later ``sync``.
 
 Everything goes through :class:`mlflow.MlflowClient`, exactly once per value
 (:mod:`neuron_mlflow.sinks.delivery`): metrics in ``log_batch`` calls of at most 1000, then
@@ -24,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from neuron_mlflow.naming import JOB_TAG
@@ -34,7 +40,20 @@ from neuron_mlflow.sinks.spool import WindowRecord
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-__all__ = ["METRICS_PER_CALL", "PARAMS_PER_CALL", "TAGS_PER_CALL", "JOB_TAG", "MlflowSink"]
+__all__ = [
+    "METRICS_PER_CALL", "PARAMS_PER_CALL", "TAGS_PER_CALL", "JOB_TAG", "MlflowSink", "group_key",
+]  # fmt: skip
+
+
+def group_key(record: WindowRecord) -> str:
+    """Windows of one group go into one run: the job, else the original run, else the session."""
+    window = record.window
+    if window.job_id:
+        return f"job:{window.job_id}"
+    if window.run_id:
+        return f"run:{window.run_id}"
+    return f"session:{window.session}"
+
 
 """Tag naming the job a run was created for by ``sync`` (one run per job, all ranks)."""
 
@@ -81,6 +100,42 @@ class MlflowSink:
         self.client: MlflowClient = MlflowClient(tracking_uri=self.tracking_uri)
         self.requests = 0
         self._runs: dict[str, delivery.RunState] = {}
+        self._chosen: dict[str, str] = {}
+        """The run chosen per group (:func:`group_key`) by this sink."""
+
+    def run_for(self, records: list[WindowRecord], verify: bool = False) -> str:
+        """The run a group of windows (one :func:`group_key`) goes into, chosen once per
+        group by this sink: the run the training thread knew (with ``verify``, only if it
+        still exists on the server, as ``sync`` asks), else the job's run (created once,
+        found again by its tag :data:`JOB_TAG`).
+
+        A group without a job id gets one derived from its key, written into every record
+        before the run is created, so a later ``sync`` (after a crash, or for windows a
+        running job still held) finds the same run. A window whose run was gone keeps it as
+        ``original_run_id``.
+        """
+        key = group_key(records[0])
+        first = records[0].window
+        known = next((r.window.run_id for r in records if r.window.run_id), None)
+        if known and (not verify or self.run_exists(known)):
+            return str(known)
+        if key in self._chosen:
+            return self._chosen[key]
+        job_id = first.job_id
+        if not job_id:
+            job_id = f"sync-{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}"
+            for record in records:
+                record.update(job_id=job_id)
+        owners = [r for r in records if not r.window.traces_only] or records
+        run_id = self.job_run(
+            str(job_id), first.experiment_name, first.run_name, tags=dict(owners[0].window.tags),
+            experiment_id=first.experiment_id,
+        )  # fmt: skip
+        for record in records:
+            if record.window.run_id not in (None, run_id):
+                record.update(original_run_id=record.window.run_id)
+        self._chosen[key] = run_id
+        return run_id
 
     def check_reachable(self, timeout_s: float | None = None) -> None:
         """Fail fast unless the tracking server answers (``GET /health`` for HTTP; cached).

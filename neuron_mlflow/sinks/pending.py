@@ -1,8 +1,9 @@
 """Uploading what the spool holds: the upload half of ``neuron-mlflow sync``.
 
 :func:`upload_pending` groups the pending windows by job (else original run, else session),
-finds or creates each group's run and uploads every window exactly once
-(:meth:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink.upload`). It claims each window first
+has the sink choose each group's run (:meth:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink.
+run_for`) and hands every window to the engine's pipeline (``finish``: summarise when never
+summarised, write the files, upload exactly once, clean up). It claims each window first
 (:mod:`neuron_mlflow.sinks.claims`): a window that a running job (or another ``sync``) still
 holds is left to it and reported in ``busy``, so two processes never send the same window.
 
@@ -14,29 +15,26 @@ Example:
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from neuron_mlflow.sinks import reachability
 from neuron_mlflow.sinks.claims import claim, queued_for_worker
-from neuron_mlflow.sinks.mlflow_sink import MlflowSink
+from neuron_mlflow.sinks.mlflow_sink import MlflowSink, group_key
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 
-__all__ = ["SyncReport", "group_key", "target_run", "upload_pending"]
+__all__ = ["Finish", "SyncReport", "upload_pending"]
+
+Finish = Callable[[WindowRecord, MlflowSink, str], object]
+"""The pipeline that finishes one claimed window into a run (the engine's
+:func:`~neuron_mlflow.engine.pipeline.finish_window`); it raises when the window failed."""
 
 
-def _summarise(record: WindowRecord, summarise: Callable[[WindowRecord], object] | None) -> None:
-    """Summarise a never-summarised window in place, or say why it cannot be uploaded."""
-    if summarise is None:
+def _upload_only(record: WindowRecord, sink: MlflowSink, run_id: str) -> None:
+    """Without the engine's pipeline: upload a summarised window, refuse any other."""
+    if not record.window.summarised:
         raise RuntimeError("the window was never summarised; `neuron-mlflow sync` summarises it")
-    try:
-        summarise(record)
-    except Exception as exc:
-        raise RuntimeError(
-            f"summarising the window from its trace failed ({type(exc).__name__}: {exc}); "
-            f"its traces stay at {record.artifacts_dir}"
-        ) from exc
+    sink.upload(record, run_id)
 
 
 @dataclass
@@ -56,59 +54,18 @@ class SyncReport:
     busy: list[str] = field(default_factory=list)
 
 
-def group_key(record: WindowRecord) -> str:
-    """Windows of one group go into one run: the job, else the original run, else the session."""
-    window = record.window
-    if window.job_id:
-        return f"job:{window.job_id}"
-    if window.run_id:
-        return f"run:{window.run_id}"
-    return f"session:{window.session}"
-
-
-def target_run(sink: MlflowSink, key: str, records: list[WindowRecord]) -> str:
-    """The run a group of windows goes into: the original run if it exists, else the job's.
-
-    A group without a job id gets one derived from its ``key`` (:func:`group_key`), written into
-    every manifest before the run is created, so a later sync (after a crash, or for windows
-    a running job still held) finds the same run.
-    """
-    first = records[0].window
-    original = next((r.window.run_id for r in records if r.window.run_id), None)
-    if original and sink.run_exists(original):
-        return str(original)
-    job_id = first.job_id
-    if not job_id:
-        # from the group (its original run, else its session): the windows a running job
-        # still held this time find the same run at a later sync
-        job_id = f"sync-{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}"
-        for record in records:
-            record.update(job_id=job_id)
-    owners = [r for r in records if not r.window.traces_only] or records
-    tags: dict[str, str] = dict(owners[0].window.tags)
-    run_id = sink.job_run(
-        str(job_id), first.experiment_name, first.run_name, tags=tags,
-        experiment_id=first.experiment_id,
-    )  # fmt: skip
-    for record in records:
-        if record.window.run_id not in (None, run_id):
-            record.update(original_run_id=record.window.run_id)
-    return run_id
-
-
 def upload_pending(
     local_dir: str,
     tracking_uri: str | None = None,
     include_incomplete: bool = False,
-    summarise: Callable[[WindowRecord], object] | None = None,
+    finish: Finish | None = None,
 ) -> SyncReport:
     """Upload every pending window of the spool at ``local_dir`` exactly once; mark it done.
 
     ``neuron-mlflow sync`` is :func:`neuron_mlflow.engine.sync.sync_pending`, which passes
-    the engine's ``summarise``: a window spooled but never summarised (``"summarised":
-    false``) is summarised by it before the upload. Without it, or when it raises, such a
-    window is reported in ``failed`` and stays pending: it is never uploaded without its
-    metrics.
+    the engine's pipeline as ``finish``: a window never summarised is summarised by it
+    before the upload. Without it such a window is reported in ``failed`` and stays
+    pending: it is never uploaded without its metrics.
 
     Each window goes into its original run when that run exists on the tracking server, else
     into the run of its job (every rank of an offline job shares one job id, decided by rank
@@ -120,7 +77,7 @@ def upload_pending(
         local_dir: the spool folder (``ProfilerConfig.local_dir``).
         tracking_uri: target server; ``None`` means what MLflow resolves now.
         include_incomplete: also upload windows interrupted by an exception.
-        summarise: summarises a window in place (metrics into its manifest).
+        finish: finishes one claimed window into a run (:data:`Finish`).
 
     Returns:
         A :class:`SyncReport`.
@@ -146,12 +103,12 @@ def upload_pending(
     def busy(record: WindowRecord) -> bool:  # the worker has it (and is not done with it)
         return record.path.absolute() in queued and not record.window.handled
 
-    for key, group in groups.items():
+    for group in groups.values():
         records = _claim([r for r in group if not busy(r)], report)
         report.busy.extend(str(r.path) for r in group if busy(r))
         try:
             if records:
-                _upload_group(sink, key, records, report, summarise)
+                _upload_group(sink, records, report, finish or _upload_only)
         finally:
             for record in records:
                 record.release()
@@ -180,24 +137,19 @@ def _claim(records: list[WindowRecord], report: SyncReport) -> list[WindowRecord
 
 
 def _upload_group(
-    sink: MlflowSink,
-    key: str,
-    records: list[WindowRecord],
-    report: SyncReport,
-    summarise: Callable[[WindowRecord], object] | None,
+    sink: MlflowSink, records: list[WindowRecord], report: SyncReport, finish: Finish
 ) -> None:
     try:
-        run_id = target_run(sink, key, records)
+        run_id = sink.run_for(records, verify=True)
     except Exception as exc:
         for record in records:
             report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
         return
     for record in records:
         try:
-            if not record.window.summarised:
-                _summarise(record, summarise)
-            sink.upload(record, run_id)
+            finish(record, sink, run_id)
             report.uploaded.append((str(record.path), run_id))
         except Exception as exc:
-            record.update(error=f"{type(exc).__name__}: {exc}")
+            if record.window.error is None:
+                record.update(error=f"{type(exc).__name__}: {exc}")
             report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))

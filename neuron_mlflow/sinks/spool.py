@@ -2,16 +2,16 @@
 
 Layout under ``local_dir``::
 
+    .queue/<ns>_<pid>_<n>.json             an ended window's record (the worker's job)
     <session>/                             one per profiling session (time, host, pid, n)
       .capture/window_<n>/artifacts/traces/rank_<r>/
                                            the profiler writes here while a window runs;
-        draft.json                         its record as drafted when it opened; once it
-                                           ended, the worker process (or ``sync``) completes
-                                           it with the end's facts (queued in its job) and
-                                           renames the folder to:
+                                           once it ended, the worker process (or ``sync``)
+                                           saves the queued record beside it and renames
+                                           the folder (:meth:`Spool.place`) to:
       <P>/step_<first>-<last>/
-        manifest.json                      the window record (sinks/window_record.py: state,
-                                           target run, metrics, params, tags, progress)
+        manifest.json                      the window's record (sinks/window_record.py: the
+                                           queued one, then its state, metrics, progress)
         .lock                              the claim (:mod:`neuron_mlflow.sinks.claims`)
         artifacts/                         uploaded as MLflow artifacts under P/step_.../
           summary.md  summary.json  ops.csv  op_keys.json
@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -52,7 +51,6 @@ from typing import Any, Literal
 import msgspec
 
 from neuron_mlflow.sinks.claims import Claim, claim
-from neuron_mlflow.sinks.prepared_files import write_whole
 from neuron_mlflow.sinks.window_record import (
     Window,
     WindowState,
@@ -63,17 +61,28 @@ from neuron_mlflow.sinks.window_record import (
 
 Status = Literal["pending", "done", "incomplete"]
 MANIFEST = "manifest.json"
-DRAFT = "draft.json"
-"""A live window's record as drafted when it opened, in its staging folder (completed and
-renamed to :data:`MANIFEST` when the window is put in place)."""
 ARTIFACTS = "artifacts"
 CAPTURE = ".capture"
 UPLOAD_PARTS = ("tags", "params", "metrics", "artifacts")
 
 _session_counter = itertools.count(1)
+_made_counter = itertools.count(1)
 
 
 _NULLABLE = {"run_id", "error"}
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Make ``data`` the whole content of ``path``: overwritten in place and cut to length
+    (created when missing). Not atomic by itself: write a temporary name, then rename it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:  # plain descriptors: no buffered file object for one write
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def _manifest_tmp(folder: Path) -> Path:
@@ -240,24 +249,6 @@ class Spool:
             (session_dir / prefix).mkdir(parents=True, exist_ok=True)
         return path
 
-    @staticmethod
-    def save_draft(staged: Path, window: Window) -> None:
-        """Save a live window's drafted record in its staging folder (:data:`DRAFT`), when
-        the window opens: the worker process completes it when the window has ended."""
-        tmp = staged / f".{DRAFT}.{os.getpid()}.tmp"
-        tmp.write_bytes(encode_window(window))
-        os.replace(tmp, staged / DRAFT)
-
-    @staticmethod
-    def load_draft(staged: Path) -> Window:
-        """Read the record :meth:`save_draft` saved.
-
-        Raises:
-            OSError: there is none; ValueError: it does not validate (the file is named).
-        """
-        draft = staged / DRAFT
-        return decode_window(draft.read_bytes(), str(draft))
-
     def create_window(
         self,
         session_dir: Path,
@@ -267,21 +258,19 @@ class Spool:
         claimed: bool = False,
         **fields: Any,
     ) -> WindowRecord:
-        """Create the folder and manifest of a window under ``session_dir``.
+        """A window record made from plain fields and put in place (:meth:`place`): for a
+        window that no session captured (``ingest``, tests).
 
         Args:
             session_dir: from :meth:`new_session_dir`.
             artifact_path: ``P/step_<first>-<last>``; also the folder's path in the session.
             status: initial status.
-            staged: a folder whose ``artifacts/`` (a capture's traces) the window takes over:
-                renamed into place, nothing copied; the folder is gone afterwards.
-            claimed: the record holds this process's claim on the window, taken before the
-                window is visible (release it with :meth:`WindowRecord.release`).
+            staged: a folder whose ``artifacts/`` (a capture's traces) the window takes over.
+            claimed: the record holds this process's claim (see :meth:`place`).
             **fields: more fields of the :class:`Window` record (metrics, params, tags,
                 run_id, ...; ``window`` is read as ``facts``); ``summarised=False`` makes a
                 ``spooled`` window (``summarised`` by default, as given).
         """
-        path = session_dir / artifact_path
         data: dict[str, Any] = {
             "state": (
                 WindowState.INCOMPLETE
@@ -301,42 +290,64 @@ class Spool:
             data["state"] = WindowState.SUMMARISED.value
         data.update({k: v for k, v in fields.items() if v is not None or k in _NULLABLE})
         window = msgspec.convert(data, Window)
-        takes_over = staged is not None and (staged / ARTIFACTS).is_dir()
-        if staged is not None and takes_over and not path.exists():
-            # The manifest goes in with the traces, then one rename puts both in place: a
-            # crash leaves either the staged window (manifest and all) or the placed one.
-            held = claim(staged) if claimed else None  # the claim moves with the folder
-            try:
-                WindowRecord(path=staged, window=window).save()
-                path.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staged, path)
-            except BaseException:
-                if held is not None:
-                    held.release()
-                raise
-            return WindowRecord(path=path, window=window, claim=held)
-        return _fill_in_place(path, window, staged, claimed)
+        if staged is None:
+            staged = session_dir / CAPTURE / f"made_{os.getpid()}_{next(_made_counter)}"
+        (staged / ARTIFACTS).mkdir(parents=True, exist_ok=True)
+        return Spool(session_dir.parent).place(window, staged, claimed)
 
-    def place_window(self, session_dir: Path, window: Window, staged: Path) -> WindowRecord:
-        """Put a live window in place, its record already made (the training thread's
-        window end): the record goes into ``staged`` beside the traces (``artifacts/``),
-        then one rename makes both visible at ``<session_dir>/<artifact_path>``, so a crash
-        leaves either the staged window or the placed one. Nothing is checked beforehand:
-        the rename fails when a window already holds the place (the same steps captured
-        again), and then the new one takes over its artifacts as :meth:`create_window`
-        does."""
-        path = session_dir / window.artifact_path
-        WindowRecord(path=staged, window=window).save()
+    def staged_dir(self, window: Window) -> Path:
+        """Where a live window's capture is until it is put in place:
+        ``<session>/.capture/window_<index>/`` (made by :meth:`capture_dir` when it opened)."""
+        index = window.facts.index if window.facts is not None else 0
+        return self.root / window.session / CAPTURE / f"window_{index}"
+
+    def place(
+        self, window: Window, staged: Path | None = None, claimed: bool = False
+    ) -> WindowRecord:
+        """Put a window in place: the one way a window enters the spool, for the worker
+        process, ``sync``, a window ended by an exception, a stage's end or a signal (on the
+        training thread), and ``ingest``.
+
+        The complete record is saved beside the capture (``staged``, default
+        :meth:`staged_dir`: its ``artifacts/`` hold the traces), then one rename makes both
+        visible at ``<session>/<artifact_path>``: a crash leaves either the staged window
+        (its record still queued) or the placed one. A window already in place is read as it
+        is (placed before, by another process or an earlier try). When another window holds
+        the place (the same steps captured again), the new one takes over its artifacts.
+
+        Args:
+            window: the complete record.
+            staged: the folder whose ``artifacts/`` the window takes (moved, not copied).
+            claimed: the record holds this process's claim, taken before the window is
+                visible (release it with :meth:`WindowRecord.release`).
+
+        Raises:
+            OSError: the window is neither staged nor in place.
+        """
+        path = self.root / window.session / window.artifact_path
+        staged = self.staged_dir(window) if staged is None else staged
+        if not staged.is_dir():
+            return WindowRecord.load(path)  # in place already
+        held = claim(staged) if claimed else None  # the claim moves with the folder
         try:
-            os.rename(staged, path)
-        except FileNotFoundError:  # the prefix's folder (made when the window opened) is gone
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(staged, path)
+            WindowRecord(path=staged, window=window).save()
+            try:
+                os.rename(staged, path)
+            except FileNotFoundError:
+                if not staged.is_dir():  # another process placed it meanwhile
+                    _release(held)
+                    return WindowRecord.load(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(staged, path)
         except OSError:
-            return _fill_in_place(path, window, staged, claimed=False)
-        with contextlib.suppress(OSError):
-            (path / DRAFT).unlink()  # completed: the manifest says it all now
-        return WindowRecord(path=path, window=window)
+            _release(held)
+            if not staged.is_dir():
+                raise
+            return _take_over(path, window, staged, claimed)
+        except BaseException:
+            _release(held)
+            raise
+        return WindowRecord(path=path, window=window, claim=held)
 
     def windows(self, *statuses: Status) -> Iterator[WindowRecord]:
         """Spooled windows, oldest first, optionally only those with the given statuses.
@@ -359,16 +370,20 @@ class Spool:
                 yield record
 
 
-def _fill_in_place(path: Path, window: Window, staged: Path | None, claimed: bool) -> WindowRecord:
-    """A window written at ``path`` (made, or already there): ``staged``'s artifacts, if
-    any, replace the ones there, and its record is saved last."""
+def _release(held: Claim | None) -> None:
+    if held is not None:
+        held.release()
+
+
+def _take_over(path: Path, window: Window, staged: Path, claimed: bool) -> WindowRecord:
+    """Another window holds ``path`` (the same steps captured again): ``staged``'s
+    artifacts replace its own, and the record is saved last."""
     (path / ARTIFACTS).mkdir(parents=True, exist_ok=True)
     held = claim(path) if claimed else None
-    if staged is not None:
-        if (staged / ARTIFACTS).is_dir():
-            shutil.rmtree(path / ARTIFACTS)
-            os.replace(staged / ARTIFACTS, path / ARTIFACTS)
-        shutil.rmtree(staged, ignore_errors=True)
+    if (staged / ARTIFACTS).is_dir():
+        shutil.rmtree(path / ARTIFACTS)
+        os.replace(staged / ARTIFACTS, path / ARTIFACTS)
+    shutil.rmtree(staged, ignore_errors=True)
     record = WindowRecord(path=path, window=window, claim=held)
     try:
         record.save()

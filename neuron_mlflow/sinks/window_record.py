@@ -1,14 +1,18 @@
-"""The window record: one typed record of a spooled window's whole life.
+"""The window record: one typed record of a window's whole life, from its end to MLflow.
 
-:class:`Window` is what a window's ``manifest.json`` holds, and the only way it is read back
-(:func:`read_window`: a manifest that does not validate is a clear error naming the file;
-nothing is deleted). Its :class:`WindowState` says where the window is::
+:class:`Window` is written once, complete, by the training thread when a window ends: into
+the worker's queue (``<local_dir>/.queue/<ns>_<pid>_<n>.json``: the record is the job). It
+says everything the worker process and ``neuron-mlflow sync`` need and they read nothing
+else: identity, steps, times, status, run target, environment, the backend's facts (its
+tags), the configuration (a :class:`~neuron_mlflow.config.ProfilerConfig`, not a dict).
+Put in place (:meth:`~neuron_mlflow.sinks.spool.Spool.place`), the same record is the
+window's ``manifest.json``, and the only way it is read back (:func:`decode_window`: a record
+that does not validate is a clear error naming the file; nothing is deleted). Its
+:class:`WindowState` says where the window is::
 
-    capturing -> stopped                  (in the training process: the record drafted when
-                                          the window opened, the end's facts queued)
-    spooled      put in place in the spool (by the worker process, or the training thread
-                 for a window ended by an exception, a stage's end or a signal)
-    summarised   the worker process wrote its metrics and summary files
+    spooled      ended: queued (staged under ``<session>/.capture/window_<n>/``), then put
+                 in place at ``<session>/<P>/step_<first>-<last>/``
+    summarised   its metrics and summary files are written
     uploaded     MLflow confirmed every part
     incomplete   the user's step raised: kept, uploaded only by ``sync --include-incomplete``
     failed       summarising it failed (``error`` says why); ``sync`` tries again
@@ -18,8 +22,10 @@ upload that fails leaves the window ``summarised`` with ``error`` and ``failed_s
 "upload"``: pending for ``sync``. Each transition is one method of
 :class:`~neuron_mlflow.sinks.spool.WindowRecord` that writes the record atomically.
 
-A manifest of the previous release (``"format": 1``, ``status`` and ``summarised``) is read
-as the same states (:func:`upgrade`), so its windows still sync.
+Records of earlier releases are read as the same states (:func:`upgrade`): the first
+release's dict manifests (``"format": 1``) and ``schema_version`` 2 (the config, environment
+and errors in a ``document`` dict); :mod:`neuron_mlflow.sinks.legacy_queue` reads the queued
+jobs of version 2.
 
 Example:
     >>> w = Window(state=WindowState.SPOOLED, artifact_path="profile/step_000001-000002",
@@ -37,8 +43,11 @@ from typing import Any
 
 import msgspec
 
-SCHEMA_VERSION = 2
-"""The version of :class:`Window` written now (1: the dict manifests of the first release)."""
+from neuron_mlflow.config import ProfilerConfig
+
+SCHEMA_VERSION = 3
+"""The version of :class:`Window` written now (1: the dict manifests of the first release;
+2: the config, environment and errors in ``document``)."""
 
 
 class WindowState(enum.StrEnum):
@@ -80,15 +89,14 @@ class UploadProgress(msgspec.Struct, kw_only=True):
 
 
 class Window(msgspec.Struct, kw_only=True):
-    """One spooled window: what it is, where it goes, what it holds, how far it got.
+    """One window: what it is, where it goes, what it holds, how far it got.
 
     Attributes:
         schema_version: :data:`SCHEMA_VERSION`.
         state: see :class:`WindowState`.
         artifact_path: ``P/step_<first>-<last>``: the folder in the spool and in the run.
-        session: the session folder it belongs to.
-        created: when it was spooled (UTC, ISO 8601); ``captured_ms`` the metrics' timestamp.
-        kind: ``window`` (or ``rank_metrics``: per-rank times of the previous release).
+        session: the session folder it belongs to (directly under the spool's root).
+        created: when it ended (UTC, ISO 8601); ``captured_ms`` the metrics' timestamp.
         prefix: the metric prefix ``P``; ``backend`` the backend it was captured with;
             ``trace_dir`` its trace folder under ``artifacts/``.
         facts: its steps (:class:`WindowFacts`); ``steps``/``wall_time_us`` as captured.
@@ -99,12 +107,19 @@ class Window(msgspec.Struct, kw_only=True):
         run_id, tracking_uri, experiment_id, experiment_name, run_name, job_id: where it goes;
             ``original_run_id`` the run it was meant for when that run was gone at sync.
         upload_traces: upload the ``traces/`` folder too.
+        upload: the worker uploads it after the summary (``False``: it stays pending).
+        skew_ranks: rank 0 of a job of several ranks: the ranks whose times its worker
+            reads for ``P/rank/max_over_median_time``.
+        config: the session's configuration; ``errors`` what went wrong while capturing.
+        sources: for an ingested window, each rank's trace file and what it held.
         metric_step: the MLflow step of its metrics; ``metrics``/``params``/``tags`` what it
-            logs; ``document`` more of ``summary.json`` (config, environment, errors).
+            logs (the tags: the environment read at the end, with the backend's facts).
         uploaded, progress: exactly-once delivery (:class:`UploadedParts`,
             :class:`UploadProgress`).
         error: what went wrong, if anything; ``failed_step`` where (``summary``, ``upload``).
         handled: the worker process is done with it (whatever the outcome).
+        attempts: how often a worker process started on it (a window that kills the
+            worker is given up after a few).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -113,7 +128,6 @@ class Window(msgspec.Struct, kw_only=True):
     session: str
     created: str
     captured_ms: int
-    kind: str = "window"
     prefix: str | None = None
     backend: str | None = None
     trace_dir: str | None = None
@@ -133,16 +147,21 @@ class Window(msgspec.Struct, kw_only=True):
     run_name: str | None = None
     job_id: str | None = None
     upload_traces: bool = True
+    upload: bool = True
+    skew_ranks: list[int] | None = None
+    config: ProfilerConfig | None = None
+    errors: list[str] = msgspec.field(default_factory=list)
+    sources: dict[str, Any] = msgspec.field(default_factory=dict)
     metric_step: int = 0
     metrics: dict[str, float] = msgspec.field(default_factory=dict)
     params: dict[str, str] = msgspec.field(default_factory=dict)
     tags: dict[str, str] = msgspec.field(default_factory=dict)
-    document: dict[str, Any] = msgspec.field(default_factory=dict)
     uploaded: UploadedParts = msgspec.field(default_factory=UploadedParts)
     progress: UploadProgress = msgspec.field(default_factory=UploadProgress)
     error: str | None = None
     failed_step: str | None = None
     handled: bool = False
+    attempts: int = 0
 
     @property
     def status(self) -> str:
@@ -162,14 +181,20 @@ class Window(msgspec.Struct, kw_only=True):
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A manifest of the first release (``"format": 1``) as a :class:`Window`'s fields.
+    """A record of an earlier release as a :class:`Window`'s fields: the first release's
+    (``"format": 1``) and ``schema_version`` 2's (``document``: config, environment, errors).
 
     Example:
         >>> upgrade({"format": 1, "status": "pending", "summarised": True})["state"]
         'summarised'
+        >>> upgrade({"schema_version": 2, "document": {"errors": ["x"]}})["errors"]
+        ['x']
     """
-    if "schema_version" in data:
+    version = data.get("schema_version")
+    if version == SCHEMA_VERSION:
         return data
+    if version is not None:
+        return _from_document(data)
     data = dict(data)
     data.pop("format", None)
     status, summarised = data.pop("status", "pending"), data.pop("summarised", True)
@@ -185,6 +210,21 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     data["captured_ms"] = (
         int(stamp) if isinstance(stamp, int | float) else _created_ms(data.get("created"))
     )
+    return _from_document(data)
+
+
+def _from_document(data: dict[str, Any]) -> dict[str, Any]:
+    """``document``'s typed parts (config, errors; ``ranks`` of an ingested window as
+    ``sources``) as fields; the rest of it is left out (its ``environment`` is the tags)."""
+    data = dict(data)
+    document = data.pop("document", None) or {}
+    for name, field_name in (
+        ("config", "config"),
+        ("errors", "errors"),
+        ("ranks", "sources"),
+    ):
+        if document.get(name) is not None:
+            data[field_name] = document[name]
     data["schema_version"] = SCHEMA_VERSION
     return data
 
@@ -202,9 +242,41 @@ def _created_ms(created: object) -> int:
     return int(time.time() * 1000)
 
 
+_CONFIGS: dict[int, tuple[ProfilerConfig, dict[str, Any]]] = {}
+
+
+def _config_data(config: ProfilerConfig) -> dict[str, Any]:
+    """A config's JSON document, made once per config (it is frozen): a window's end does not
+    pay for it (about 0.3 ms)."""
+    entry = _CONFIGS.get(id(config))
+    if entry is None or entry[0] is not config:
+        entry = _CONFIGS[id(config)] = (config, config.model_dump(mode="json"))
+    return entry[1]
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, ProfilerConfig):
+        return _config_data(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def _dec_hook(kind: type, obj: Any) -> Any:
+    if kind is ProfilerConfig:
+        return ProfilerConfig.model_validate(obj)  # a ValueError: msgspec names the field
+    raise NotImplementedError(f"cannot decode {kind}")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
 def encode_window(window: Window) -> bytes:
-    """The manifest's bytes: one JSON line."""
-    return msgspec.json.encode(window) + b"\n"
+    """The record's bytes: one JSON line."""
+    return _ENCODER.encode(window) + b"\n"
+
+
+def warm_config(config: ProfilerConfig) -> None:
+    """Make ``config``'s JSON document now (at a session's set-up), not at a window's end."""
+    _config_data(config)
 
 
 def decode_window(raw: bytes, where: str) -> Window:
@@ -218,7 +290,7 @@ def decode_window(raw: bytes, where: str) -> Window:
         data = msgspec.json.decode(raw)
         if not isinstance(data, dict):
             raise msgspec.ValidationError("expected a JSON object")
-        return msgspec.convert(upgrade(data), Window)
+        return msgspec.convert(upgrade(data), Window, dec_hook=_dec_hook)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(
             f"the window manifest {where} is not valid ({exc}); it is left as it is: fix or "
@@ -237,7 +309,7 @@ msgspec.convert(
 def window_view(window: Window) -> dict[str, Any]:
     """The record as plain JSON data, with ``status``, ``summarised`` and ``window`` (the
     facts) as the first release named them: for readers of plain data (report headers)."""
-    data: dict[str, Any] = msgspec.to_builtins(window)
+    data: dict[str, Any] = msgspec.to_builtins(window, enc_hook=_enc_hook)
     data["status"] = window.status
     data["summarised"] = window.summarised
     data["window"] = data.get("facts")

@@ -1,6 +1,6 @@
 """Write a spooled window's ``report.html`` from the files in its artifact folder.
 
-The window assembly (:mod:`neuron_mlflow.engine.window`) calls :func:`write_window_report`
+The pipeline's files step (``engine.pipeline.write_files``) calls :func:`write_window_report`
 after the summary files, off the training thread; the timeline comes from the lowest
 rank's trace under ``traces/`` (:func:`~neuron_mlflow.trace.timeline.build_timeline`), the
 rest from the summary and the window's manifest.

@@ -5,8 +5,8 @@ Usage: python tests/engine/crash_job.py LOCAL_DIR WINDOWS [BACKEND]
 BACKEND is ``cpu`` (default) or ``neuron`` (with ``tests/neuron_double`` on ``PYTHONPATH``).
 
 The spool's worker process is kept from running (this process holds the worker lock, as a
-busy worker would), so each window that ends stays staged in the spool (trace and drafted
-record, its end facts in its queued job), never put in place nor summarised; then the
+busy worker would), so each window that ends stays staged in the spool (its trace staged,
+its record queued), never put in place nor summarised; then the
 process ends with
 ``os._exit`` (no atexit wait), as a crash or a kill would. With
 ``CRASH_JOB_HOLD=1`` it prints ``SPOOLED`` and stays alive (its windows still its own) until

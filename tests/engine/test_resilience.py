@@ -15,7 +15,7 @@ import torch
 import neuron_mlflow as nm
 from tests.helpers import ROOT, inject_worker_failure, inputs, rmsnorm_naive
 
-FINISH = "neuron_mlflow.engine.finish:summarise_window"  # the summary, in the worker process
+FINISH = "neuron_mlflow.engine.pipeline:summarise_window"  # the summary, in the worker process
 
 SCHEDULE = nm.Schedule(warmup=1, active=2, repeat=3)  # 3 windows in 9 steps
 

@@ -16,7 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from neuron_mlflow.cli import main
-from neuron_mlflow.engine.sync import place_ended_windows
+from neuron_mlflow.engine.sync import place_queued
 from neuron_mlflow.naming import window_metrics
 from neuron_mlflow.sinks.spool import Spool
 from neuron_mlflow.trace.summarize import summarize_trace
@@ -40,7 +40,7 @@ def _crash(
     assert list(Spool(spool).windows()) == [], "staged, their end facts queued"
     if not place:
         return spool
-    placed = place_ended_windows(spool)
+    placed = place_queued(spool)
     assert placed.failed == [] and placed.busy == []
     records = list(Spool(spool).windows())
     assert len(records) == windows

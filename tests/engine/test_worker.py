@@ -10,14 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from neuron_mlflow.engine import worker
-from neuron_mlflow.engine.sync import place_ended_windows
-from neuron_mlflow.engine.worker import CLIENTS, Job, Worker, WorkerClient
+from neuron_mlflow.engine.sync import place_queued
+from neuron_mlflow.engine.worker import CLIENTS, Worker, WorkerClient, read_job
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, claim, claim_file, worker_running
-from neuron_mlflow.sinks.spool import DRAFT, Spool
+from neuron_mlflow.sinks.spool import MANIFEST, Spool
+from neuron_mlflow.sinks.window_record import Window, WindowState, decode_window, encode_window
 from tests.helpers import ROOT, metric_history, run_python
 
 CRASH_JOB = str(ROOT / "tests" / "engine" / "crash_job.py")
@@ -26,12 +26,13 @@ KILL_JOB = str(ROOT / "tests" / "engine" / "kill_job.py")
 
 def _queued_spool(tmp_path: Path, tracking_uri: str, windows: int = 2) -> Path:
     """A spool whose job died (os._exit) with its windows queued and never summarised: each
-    window's trace and drafted record staged, its end facts in its job, not in place."""
+    window's trace staged, its one record queued, not in place."""
     spool = tmp_path / "spool"
     run_python([CRASH_JOB, str(spool), str(windows)], tracking_uri)
-    jobs = [msgspec.json.decode(p.read_bytes(), type=Job) for p in (spool / QUEUE).glob("*.json")]
+    jobs = [read_job(spool, p) for p in (spool / QUEUE).glob("*.json")]
     assert len(jobs) == windows
-    assert all(job.end is not None and (spool / str(job.staged) / DRAFT).is_file() for job in jobs)
+    assert all(job.steps == 2 and job.config is not None for job in jobs), "complete"
+    assert all(Spool(spool).staged_dir(job).is_dir() for job in jobs)
     assert list(Spool(spool).windows()) == [], "the worker puts them in place"
     return spool
 
@@ -61,10 +62,9 @@ def test_the_worker_finishes_a_dead_jobs_queue_once_and_exits(tmp_path, tracking
 
 def test_a_window_that_sync_holds_waits_for_it(tmp_path, tracking_uri) -> None:
     spool = _queued_spool(tmp_path, tracking_uri, windows=1)
-    assert place_ended_windows(spool).failed == []  # as `sync` does when no worker runs
+    assert place_queued(spool).failed == []  # as `sync` does when no worker runs
     (record,) = list(Spool(spool).windows())
     assert record.window.steps == 2 and record.artifact_path == "profile/step_000001-000002"
-    assert not (record.path / DRAFT).exists(), "completed into the manifest"
     held = claim(record.path)  # a `neuron-mlflow sync` in another terminal
     assert held is not None
     try:
@@ -92,7 +92,8 @@ def test_one_worker_per_spool(tmp_path) -> None:
     assert held is not None
     try:
         client = WorkerClient(tmp_path)
-        client.submit(Job(window="nowhere"))
+        client.submit(Window(state=WindowState.SPOOLED, artifact_path="p/step_000000-000000",
+                             session="nowhere", created="", captured_ms=0))  # fmt: skip
         assert client.ensure_running() is False, "no second worker"
         Worker(tmp_path).loop()  # returns at once: the lock is held
         assert len(client.queued()) == 1, "the running worker takes the job"
@@ -141,18 +142,21 @@ def test_a_job_killed_right_after_its_window_is_still_uploaded(tmp_path, trackin
     _wait(lambda: not worker_running(spool))  # then it exits: its client is gone
 
 
-def test_a_job_file_round_trips() -> None:
-    job = Job(window="s/profile/step_000001-000002", upload=False, upload_timeout_s=5.0)
-    assert msgspec.json.decode(msgspec.json.encode(job), type=Job) == job
-    with pytest.raises(msgspec.ValidationError):
-        msgspec.json.decode(b'{"window": 3}', type=Job)
+def test_a_job_file_is_the_windows_record(tmp_path) -> None:
+    window = Window(state=WindowState.SPOOLED, artifact_path="p/step_000001-000002",
+                    session="s", created="", captured_ms=0, upload=False)  # fmt: skip
+    path = WorkerClient(tmp_path).submit(window)
+    assert read_job(tmp_path, path) == window == decode_window(encode_window(window), "x")
+    path.write_bytes(b'{"schema_version": 3, "state": 3}')
+    with pytest.raises(ValueError, match="is not valid"):
+        read_job(tmp_path, path)
 
 
 def test_a_window_end_writes_only_its_job_and_the_worker_puts_the_window_in_place(
     tmp_path, tracking_uri
 ) -> None:
-    # the end renames the job file made when the window opened, with the window's end facts
-    # in it; the trace and the drafted record are already in the staging folder
+    # the end writes the window's one record into the queue; its trace is in the staging
+    # folder; nothing else is written when the window opens
     import torch
 
     import neuron_mlflow as nm
@@ -171,17 +175,16 @@ def test_a_window_end_writes_only_its_job_and_the_worker_puts_the_window_in_plac
                 torch.ones(4).mul_(2.0)
                 prof.step()
                 if step == 1:  # the window is open: warm-up done, recording
-                    (prepared,) = (spool / QUEUE).glob(f"{worker.PREPARED_PREFIX}{os.getpid()}_*")
                     (staging,) = spool.glob("*/.capture/window_0")
-                    assert prepared.stat().st_size > 0 and (staging / DRAFT).is_file()
-                    assert list((spool / QUEUE).glob("*.json")) == [], "no job yet"
+                    assert [p.name for p in staging.iterdir()] == ["artifacts"]
+                    assert list((spool / QUEUE).glob("*")) == [], "no job yet"
                     assert list(spool.glob("*/profile")) != [], "its place is made"
-        assert not prepared.exists(), "the prepared job file became the job"
-        (job_file,) = (spool / QUEUE).glob("*.json")
-        job = msgspec.json.decode(job_file.read_bytes(), type=Job)
-        assert job.end is not None and job.end.artifact_path == "profile/step_000002-000003"
-        assert job.end.steps == 2 and job.end.status == "pending"
-        assert spool / str(job.staged) == staging and staging.is_dir(), "not placed yet"
+        (job_file,) = (spool / QUEUE).glob("*")
+        job = read_job(spool, job_file)
+        assert job.artifact_path == "profile/step_000002-000003" and job.steps == 2
+        assert job.state is WindowState.SPOOLED and job.config is not None
+        assert Spool(spool).staged_dir(job) == staging and staging.is_dir(), "not placed yet"
+        assert [p.name for p in staging.iterdir()] == ["artifacts"], "no other file"
         assert list(Spool(spool).windows()) == []
         assert Worker(spool).run_once() == 1
     finally:
@@ -191,36 +194,24 @@ def test_a_window_end_writes_only_its_job_and_the_worker_puts_the_window_in_plac
     assert record.window.steps == 2 and record.window.facts is not None
     assert record.window.tags["neuron_mlflow.host_load.cpu_count"] == str(os.cpu_count())
     assert not staging.exists(), "the staged window was renamed into place"
-    assert not (record.path / DRAFT).exists(), "the draft became the manifest"
     assert not list(record.path.glob(".*.tmp"))
 
 
-def test_the_worker_removes_job_files_prepared_by_dead_processes(tmp_path) -> None:
-    queue = tmp_path / QUEUE
-    queue.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    left = queue / f"{worker.PREPARED_PREFIX}{dead.stdout.strip()}_1.tmp"
-    mine = queue / f"{worker.PREPARED_PREFIX}{os.getpid()}_1.tmp"
-    left.write_bytes(b" " * 8)
-    mine.write_bytes(b" " * 8)
-    Worker(tmp_path, idle_s=0.0).loop()  # no client: it tidies up and exits
-    assert not left.exists(), "a dead process's prepared file is removed"
-    assert mine.exists(), "a living one's stays"
-
-
-def test_a_draft_that_fails_validation_is_a_clear_error_and_nothing_is_deleted(
+def test_a_window_that_cannot_be_placed_is_reported_and_nothing_is_deleted(
     tmp_path, tracking_uri
 ) -> None:
     spool = _queued_spool(tmp_path, tracking_uri, windows=1)
-    (draft,) = spool.glob(f"*/.capture/window_0/{DRAFT}")
-    draft.write_text('{"state": "nonsense"}')
-    assert Worker(spool).run_once() == 0  # it cannot put the window in place
-    (unplaced,) = (spool / QUEUE).glob(f"*.json{worker.UNPLACED_SUFFIX}")
-    assert list((spool / QUEUE).glob("*.json")) == [], "out of the worker's way, kept"
-    placed = place_ended_windows(spool)
+    (staging,) = spool.glob("*/.capture/window_0")
+    (place,) = spool.glob("*/profile")
+    place.rmdir()
+    place.write_text("")  # a file where the window's folder goes: it cannot be placed
+    placed = place_queued(spool)
+    place.unlink()
     ((where, reason),) = placed.failed
     assert where.endswith("profile/step_000001-000002")
-    assert str(draft) in reason and "is not valid" in reason and "its capture stays at" in reason
-    assert draft.exists() and list(draft.parent.rglob("*.pt.trace.json")), "nothing deleted"
-    assert unplaced.exists(), "the job stays, for the next sync"
+    assert "NotADirectoryError" in reason and "its capture stays at" in reason
+    assert list(staging.rglob("*.pt.trace.json")), "nothing deleted"
+    assert len(list((spool / QUEUE).glob("*.json"))) == 1, "the job stays, for the next try"
+    assert place_queued(spool).failed == []  # the place can be made now
+    (record,) = list(Spool(spool).windows())
+    assert (record.path / MANIFEST).is_file() and not staging.exists()

@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 import neuron_mlflow as nm
 from neuron_mlflow.cli import main
 from neuron_mlflow.sinks.spool import Spool
+from neuron_mlflow.sinks.window_record import SCHEMA_VERSION
 from tests.conftest import free_port
 from tests.helpers import artifact_files, inputs, metric_history, metrics, rmsnorm_naive
 
@@ -158,6 +159,6 @@ def test_spool_written_offline_syncs_to_a_real_server(monkeypatch, tmp_path, mlf
     assert main(["sync", "--local-dir", str(tmp_path / "spool")]) == 0
     (record,) = list(Spool(tmp_path / "spool").windows())
     manifest = json.loads((record.path / "manifest.json").read_text())  # the record on disk
-    assert manifest["state"] == "uploaded" and manifest["schema_version"] == 2
+    assert manifest["state"] == "uploaded" and manifest["schema_version"] == SCHEMA_VERSION
     assert metrics(manifest["run_id"])["profile/steps"] == 2
     shutil.rmtree(tmp_path / "spool")

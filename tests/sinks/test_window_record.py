@@ -12,7 +12,7 @@ import pytest
 
 from neuron_mlflow.engine.sync import sync_pending
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
-from neuron_mlflow.sinks.window_record import SCHEMA_VERSION, WindowState
+from neuron_mlflow.sinks.window_record import SCHEMA_VERSION, Window, WindowState
 from tests.helpers import metric_history
 
 
@@ -100,6 +100,24 @@ def test_a_manifest_of_the_previous_release_still_syncs(tmp_path, tracking_uri) 
     assert _on_disk(record)["state"] == "uploaded", "written back in the current format"
 
 
+def test_a_window_is_placed_once(tmp_path) -> None:
+    spool = Spool(tmp_path)
+    session = spool.new_session_dir()
+    staged = Spool.capture_dir(session, 0, "p")
+    (staged / "artifacts" / "traces").mkdir(parents=True)
+    window = msgspec.convert(
+        {"state": "spooled", "artifact_path": "p/step_000001-000002", "session": session.name,
+         "created": "", "captured_ms": 0, "facts": {"index": 0, "first": 1, "last": 2}},
+        Window,
+    )  # fmt: skip
+    assert spool.staged_dir(window) == staged
+    placed = spool.place(window)
+    assert placed.path == session / "p/step_000001-000002" and not staged.exists()
+    assert spool.place(window).window == placed.window, "in place already: read as it is"
+    with pytest.raises(OSError):
+        spool.place(msgspec.structs.replace(window, artifact_path="p/step_000003-000004"))
+
+
 def test_placing_a_window_where_one_is_takes_over_its_artifacts(tmp_path) -> None:
     # the same steps captured again in one session: the newer window replaces the older
     spool = Spool(tmp_path)
@@ -110,17 +128,17 @@ def test_placing_a_window_where_one_is_takes_over_its_artifacts(tmp_path) -> Non
     (staged / "artifacts" / "traces").mkdir(parents=True)
     (staged / "artifacts" / "traces" / "new.json").write_text("{}")
     window = msgspec.structs.replace(old.window, steps=7)
-    placed = spool.place_window(session, window, staged)
+    placed = spool.place(window, staged)
     assert placed.path == old.path and not staged.exists()
     assert [p.name for p in placed.artifacts_dir.rglob("*.*")] == ["new.json"]
     assert WindowRecord.load(placed.path).window.steps == 7
 
 
 def test_write_whole_leaves_exactly_the_new_content(tmp_path) -> None:
-    from neuron_mlflow.sinks.prepared_files import prepare_file, write_whole
+    from neuron_mlflow.sinks.spool import write_whole
 
     path = tmp_path / "f.tmp"
-    prepare_file(path, 64)
+    path.write_bytes(b" " * 64)
     write_whole(path, b"abc")
     assert path.read_bytes() == b"abc", "cut to length"
     write_whole(tmp_path / "new.tmp", b"xyz")

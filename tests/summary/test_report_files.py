@@ -11,9 +11,9 @@ import pytest
 from mlflow import MlflowClient
 
 import neuron_mlflow as nm
-from neuron_mlflow.engine.window import WindowSpec, assemble_window
+from neuron_mlflow.engine.pipeline import write_files
 from neuron_mlflow.errors import NeuronMlflowWarning
-from neuron_mlflow.sinks.spool import Spool
+from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.summary.ops import RawOp, build_summary
 from neuron_mlflow.summary.report import BUDGET_BYTES
 from tests.helpers import artifact_files, inputs, rmsnorm_naive
@@ -68,30 +68,39 @@ def test_ingested_window_gets_a_report(tmp_path: Path) -> None:
     assert "GPU 0 stream 7" in lanes
 
 
-def _spec(tmp_path: Path, trace_text: str | None, strict: bool = False) -> WindowSpec:
+def _window(
+    tmp_path: Path, trace_text: str | None, report_dir: bool = False, strict: bool = False
+) -> WindowRecord:
+    """A window put in place and given its files (``report_dir``: a folder where its
+    ``report.html`` goes, so that the report cannot be written)."""
     staged = tmp_path / "staged"
     (staged / "artifacts" / "traces" / "rank_0").mkdir(parents=True)
     if trace_text is not None:
         (staged / "artifacts" / "traces" / "rank_0" / "t.json").write_text(trace_text)
+    if report_dir:
+        (staged / "artifacts" / "report.html").mkdir()  # cannot be written as a file
+    spool = Spool(tmp_path / "spool")
+    record = spool.create_window(
+        spool.new_session_dir(), "profile/step_000000-000001", summarised=False, staged=staged,
+        prefix="profile", window={"index": 0, "first": 0, "last": 1},
+    )  # fmt: skip
     summary = build_summary([RawOp("aten::mul", 2, 4.0, 4.0)], 2, 2, 10.0)
-    return WindowSpec("profile", 0, 0, 1, summary, staged=staged, strict=strict)
+    write_files(record, summary, 20, {}, strict=strict)
+    record.summarised({})
+    return record
 
 
 def test_unreadable_trace_gives_a_report_without_timeline(tmp_path: Path) -> None:
-    spool = Spool(tmp_path / "spool")
-    record = assemble_window(spool, spool.new_session_dir(), _spec(tmp_path, '{"traceEvents": ['))
+    record = _window(tmp_path, '{"traceEvents": [')
     page = (record.artifacts_dir / "report.html").read_text()
     assert "no timeline" in page and "aten::mul" in page
     assert record.status == "pending"
 
 
 def test_a_failing_report_never_fails_the_window(tmp_path: Path) -> None:
-    spool = Spool(tmp_path / "spool")
-    spec = _spec(tmp_path, "[]")
-    (spec.staged / "artifacts" / "report.html").mkdir()  # cannot be written as a file
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        record = assemble_window(spool, spool.new_session_dir(), spec)
+        record = _window(tmp_path, "[]", report_dir=True)
     assert record.status == "pending" and record.manifest["summarised"] is True
     assert (record.artifacts_dir / "summary.md").is_file()
     assert any(issubclass(c.category, NeuronMlflowWarning) for c in caught)
@@ -99,8 +108,5 @@ def test_a_failing_report_never_fails_the_window(tmp_path: Path) -> None:
 
 
 def test_strict_mode_raises_a_report_failure(tmp_path: Path) -> None:
-    spool = Spool(tmp_path / "spool")
-    spec = _spec(tmp_path, "[]", strict=True)
-    (spec.staged / "artifacts" / "report.html").mkdir()
     with pytest.raises(IsADirectoryError):
-        assemble_window(spool, spool.new_session_dir(), spec)
+        _window(tmp_path, "[]", report_dir=True, strict=True)
