@@ -118,7 +118,7 @@ class _State:
         self.callbacks: weakref.WeakSet[Any] = weakref.WeakSet()
         self.optimizer_steps = 0  # every optimizer.step() outside a Trainer's training call
         self.clock_steps = 0
-        self.trainers = 0
+        self.trainers = 0  # Trainer training calls (fit, train) begun
         self.warned = False
         self.exit_hook = False
 
@@ -324,6 +324,7 @@ def _owning(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
         _state.owned += 1
+        _state.trainers += 1  # (profiled by its callback: ours or the user's)
         try:
             return original(*args, **kwargs)
         finally:
@@ -413,7 +414,6 @@ def _add_hf_callback(trainer: Any) -> None:
 
 def _adopt(callback: Any) -> None:
     """A callback autolog added: waited for at exit (its windows in MLflow by then)."""
-    _state.trainers += 1
     _state.callbacks.add(callback)
 
 

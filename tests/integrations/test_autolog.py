@@ -182,6 +182,30 @@ def test_each_trainer_gets_exactly_one_callback(tracking_uri, tmp_path) -> None:
     assert "hook steps 0 0" in lines  # the Trainers' steps were their callbacks' only
     assert "window 2" in lines
     assert "disabled 0" in lines
+    assert "no torch.optim optimizer stepped" not in result.stderr  # (the Trainers ran)
+
+
+OWN_CALLBACK = """\
+import neuron_mlflow as nm
+from lightning.pytorch import Trainer
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+nm.autolog(backend="cpu", local_dir="spool")
+callback = nm.NeuronProfilerCallback(backend="cpu", local_dir="spool")
+trainer = Trainer(max_steps=3, logger=False, enable_checkpointing=False, callbacks=[callback],
+                  enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+trainer.fit(BoringModel())
+print("fitted")
+"""
+
+
+@pytest.mark.slow
+def test_a_fit_with_the_users_own_callback_is_no_loop_without_an_optimizer(
+    tracking_uri, tmp_path
+) -> None:
+    result = _python(OWN_CALLBACK, tmp_path, tracking_uri)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "fitted" in result.stdout
     assert "no torch.optim optimizer stepped" not in result.stderr
 
 
