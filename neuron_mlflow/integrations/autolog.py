@@ -24,6 +24,10 @@ instead (``nm.profile``). At exit an open window is handed over (partial; incomp
 uncaught exception) and the process waits, at most ``upload_timeout_s``, for its windows'
 uploads, as an unclosed ``nm.profile`` does.
 
+With ``MLFLOW_RUN_ID`` set (``neuron-mlflow run`` sets it), a Lightning ``MLFlowLogger`` made
+without a ``run_id`` logs into that run (by itself it ignores the variable; Transformers'
+``MLflowCallback`` honours it), so the loss curves and the windows share one run.
+
 ``autolog(disable=True)`` removes the hook and the patches (trainers made before keep their
 callback). A failure of ours while patching is a warning, never the user's error.
 
@@ -55,8 +59,6 @@ import atexit
 import contextlib
 import functools
 import importlib
-import importlib.abc
-import json
 import os
 import sys
 import time
@@ -255,7 +257,7 @@ def _config() -> ProfilerConfig:
 # -- the post-import hook ------------------------------------------------------------------
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
+class _PostImportFinder:
     """Runs a hook right after a watched module is imported (its code executed), whenever
     that happens; every other import goes by untouched (one dictionary look-up)."""
 
@@ -283,11 +285,12 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             self._finding.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _HookedLoader(spec.loader, fullname, hook)
+        hooked: Any = _HookedLoader(spec.loader, fullname, hook)  # (a Loader by its methods)
+        spec.loader = hooked
         return spec
 
 
-class _HookedLoader(importlib.abc.Loader):
+class _HookedLoader:
     """The module's own loader, then the hook; the module keeps its own loader."""
 
     def __init__(self, loader: Any, name: str, hook: Callable[[ModuleType], None]) -> None:
@@ -578,6 +581,8 @@ def _warn_if_nothing_profiled() -> None:
     _state.warned = True
     reports = os.environ.get(REPORTS_ENV)
     if reports:
+        import json
+
         report = {
             "pid": os.getpid(),
             "argv": sys.argv,
