@@ -358,7 +358,10 @@ class Spool:
         self.invalid = []
         if not self.root.is_dir():
             return
-        for manifest_path in sorted(self.root.rglob(MANIFEST)):
+        # os.walk, not rglob: a folder removed while it is listed (an uploaded window's
+        # traces, cleaned up by the worker) is passed over, not an error
+        found = (Path(d) / MANIFEST for d, _, files in os.walk(self.root) if MANIFEST in files)
+        for manifest_path in sorted(found):
             try:
                 record = WindowRecord.load(manifest_path.parent)
             except OSError:
