@@ -22,7 +22,7 @@ from transformers.integrations import MLflowCallback
 
 import neuron_mlflow as nm
 from neuron_mlflow.sinks.spool import Spool
-from tests.helpers import artifact_files, metric_history, metrics, wait_handled
+from tests.helpers import ROOT, artifact_files, metric_history, metrics, run_python, wait_handled
 from tests.integrations.test_nothing_left_behind import POLL_S, Boom, Seen, nothing_left_behind
 
 VOCAB, SEQUENCE = 96, 16
@@ -229,3 +229,29 @@ def test_train_that_raised_leaves_nothing_running_once_closed(
             trainer.train()
         callback.close()
     assert callback.wait()  # the incomplete window is kept, not uploaded
+
+
+@pytest.mark.slow
+def test_two_ranks_under_torchrun_log_into_the_mlflow_callbacks_run(tracking_uri, tmp_path) -> None:
+    experiment = "hf-torchrun"
+    out = run_python(
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(ROOT / "tests" / "hf_ddp_job.py"), str(tmp_path / "out"), str(tmp_path / "spool")],
+        tracking_uri,
+        cwd=tmp_path,
+        MLFLOW_EXPERIMENT_NAME=experiment,
+    )  # fmt: skip
+    run_ids = {line.split("RUN_ID=")[1] for line in out.splitlines() if "RUN_ID=" in line}
+    assert len(run_ids) == 1, out  # both ranks: rank 0's run, broadcast at train begin
+    (run,) = _runs(experiment)  # Transformers' own run (rank 0's MLflowCallback), no other
+    run_id = run.info.run_id
+    assert run_ids == {run_id}
+    assert "loss" in metrics(run_id)
+    assert metric_history(run_id, "profile/train/steps") == [(3, 2.0)]
+    for rank in (0, 1):  # each rank's own worker
+        assert metric_history(run_id, f"profile/train/rank/{rank}/cpu_time_us")[0][0] == 3
+    files = artifact_files(run_id)
+    for rank in (0, 1):
+        assert any(f.startswith(f"profile/train/step_000001-000002/traces/rank_{rank}/")
+                   for f in files)  # fmt: skip
+    assert run.data.tags["neuron_mlflow.world_size"] == "2"
