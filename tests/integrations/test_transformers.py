@@ -154,6 +154,20 @@ def test_evaluate_profiles_batches_after_the_first(experiment, tmp_path) -> None
     assert "profile/evaluate/step_000001-000002/report.html" in artifact_files(run_id)
 
 
+def test_train_and_evaluate_inside_it_land_in_one_run(experiment, tmp_path) -> None:
+    callback = nm.HfProfilerCallback(
+        schedule=nm.Schedule(warmup=1, active=2), stages=("train", "evaluate"), backend="cpu"
+    )  # train steps 1-2; the evaluation after step 4 (6 batches): its steps 1-2
+    trainer = _trainer([callback], tmp_path, eval_strategy="steps", eval_steps=4)
+    trainer.train()
+    assert callback.wait()
+    (run,) = _runs(experiment)
+    run_id = run.info.run_id
+    assert metric_history(run_id, "profile/train/steps") == [(3, 2.0)]
+    assert metric_history(run_id, "profile/evaluate/steps") == [(2, 2.0)]  # once (repeat=1)
+    assert [step for step, _ in metric_history(run_id, "eval_loss")] == [4, 5]
+
+
 def test_an_exception_in_training_propagates_and_the_window_is_kept(experiment, tmp_path) -> None:
     class Failing(Trainer):
         def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
