@@ -225,3 +225,46 @@ class Attachment:
         for stage, done in state_dict.get("done", {}).items():
             if stage in self.windows:
                 self.windows[stage].done.update(int(i) for i in done)
+
+
+class AttachedFrontEnd:
+    """What a framework's front end shows its user, read from its :class:`Attachment`
+    (``self.attachment``, made by the front end's constructor): the callbacks of Lightning
+    and Hugging Face share these instead of each forwarding them.
+    """
+
+    attachment: Attachment
+
+    @property
+    def summaries(self) -> dict[str, OpSummary]:
+        """The last window's op summary of each stage this rank captured."""
+        return self.attachment.summaries
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run windows are logged to (known once the framework's loop is set up)."""
+        return self.attachment.run_id
+
+    def prefix(self, stage: str) -> str:
+        """The metric prefix ``P`` of ``stage``: ``<metric_prefix>/<stage>``."""
+        return self.attachment.prefix(stage)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
+        has uploaded every window this front end handed it; True when none is left.
+
+        A training call returns without waiting for its windows' uploads (the worker finishes
+        them, even after this process ends). Call this before reading the windows back from
+        MLflow, or before measuring something else in this process, so that our upload does
+        not share the CPU with it. A window the worker could not upload stays in
+        ``local_dir`` for ``neuron-mlflow sync`` (reported once, as a warning).
+        """
+        return self.attachment.wait(timeout_s)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Which windows each stage has logged, so a resumed run does not log them again."""
+        return self.attachment.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (missing keys read as defaults)."""
+        self.attachment.load_state_dict(state_dict)

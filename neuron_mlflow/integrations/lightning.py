@@ -38,13 +38,12 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.attach import Attachment
+from neuron_mlflow.engine.attach import AttachedFrontEnd, Attachment
 from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, check_stages, hooks_of
-from neuron_mlflow.summary.ops import OpSummary
 
 
-class NeuronProfilerCallback(Callback):
+class NeuronProfilerCallback(AttachedFrontEnd, Callback):
     """Profile Lightning train/validate/test/predict steps into the trainer's MLflow run.
 
     Args:
@@ -96,20 +95,6 @@ class NeuronProfilerCallback(Callback):
         """Key of this callback's checkpoint state: the class, the stages and the schedule."""
         return self._generate_state_key(stages=self.stages, schedule=self.config.schedule)
 
-    @property
-    def summaries(self) -> dict[str, OpSummary]:
-        """The last window's op summary of each stage this rank captured."""
-        return self.attachment.summaries
-
-    @property
-    def run_id(self) -> str | None:
-        """The MLflow run windows are logged to (known after ``setup``)."""
-        return self.attachment.run_id
-
-    def prefix(self, stage: str) -> str:
-        """The metric prefix ``P`` of ``stage``: ``<metric_prefix>/<stage>``."""
-        return self.attachment.prefix(stage)
-
     # -- Lightning hooks: run and ranks -------------------------------------------------
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -142,26 +127,6 @@ class NeuronProfilerCallback(Callback):
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self.attachment.end()
-
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
-        has uploaded every window this callback handed it; True when none is left.
-
-        A Trainer call returns without waiting for its windows' uploads (the worker finishes
-        them, even after this process ends). Call this before reading the windows back from
-        MLflow, or before measuring something else in this process, so that our upload does
-        not share the CPU with it. A window the worker could not upload stays in
-        ``local_dir`` for ``neuron-mlflow sync`` (reported once, as a warning).
-        """
-        return self.attachment.wait(timeout_s)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Which windows each stage has logged, so a resumed run does not log them again."""
-        return self.attachment.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (missing keys read as defaults)."""
-        self.attachment.load_state_dict(state_dict)
 
     # -- Lightning hooks: the steps of each stage (rows of the stage table) --------------
 

@@ -44,11 +44,10 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.attach import Attachment
+from neuron_mlflow.engine.attach import AttachedFrontEnd, Attachment
 from neuron_mlflow.engine.stages import StageWindows
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
 from neuron_mlflow.integrations.stage_table import check_stages
-from neuron_mlflow.summary.ops import OpSummary
 
 STAGES = ("train", "evaluate")
 """Stages the callback can profile: optimizer steps, and the evaluation loop's batches."""
@@ -60,7 +59,7 @@ _unended: weakref.WeakSet[HfProfilerCallback] = weakref.WeakSet()
 """Callbacks inside a ``train()`` (or an evaluation) that has not ended: one that raised."""
 
 
-class HfProfilerCallback(TrainerCallback):
+class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
     """Profile a Hugging Face ``Trainer``'s optimizer steps into its MLflow run.
 
     Args:
@@ -117,30 +116,6 @@ class HfProfilerCallback(TrainerCallback):
         self._training = False  # inside train() (on_train_begin seen, on_train_end not yet)
         self._evaluating = False  # an evaluation loop's first batch seen, its end not yet
 
-    @property
-    def summaries(self) -> dict[str, OpSummary]:
-        """The last window's op summary of each stage this rank captured."""
-        return self.attachment.summaries
-
-    @property
-    def run_id(self) -> str | None:
-        """The MLflow run windows are logged to (known once training begins)."""
-        return self.attachment.run_id
-
-    def prefix(self, stage: str) -> str:
-        """The metric prefix ``P`` of ``stage``: ``<metric_prefix>/<stage>``."""
-        return self.attachment.prefix(stage)
-
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
-        has uploaded every window this callback handed it; True when none is left.
-
-        ``train()`` returns without waiting for its windows' uploads. Call this before reading
-        the windows back from MLflow, or before measuring something else in this process. A
-        window the worker could not upload stays in ``local_dir`` for ``neuron-mlflow sync``.
-        """
-        return self.attachment.wait(timeout_s)
-
     def close(self) -> None:
         """Stop what the callback started, after a ``train()`` (or evaluation) that raised:
         Transformers calls no callback then. The window open at the failure is kept
@@ -155,14 +130,6 @@ class HfProfilerCallback(TrainerCallback):
             self.attachment.abort(exc)
         _unended.discard(self)
         self.attachment.end()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Which windows each stage has logged, so a resumed job does not log them again."""
-        return self.attachment.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (missing keys read as defaults)."""
-        self.attachment.load_state_dict(state_dict)
 
     # -- training ------------------------------------------------------------------------
 
