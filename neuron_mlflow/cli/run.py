@@ -49,6 +49,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+from unittest import mock
 
 if TYPE_CHECKING:
     from neuron_mlflow.config import ProfilerConfig
@@ -208,28 +209,13 @@ def _config_env(args: argparse.Namespace, options: Sequence[FieldOption]) -> dic
     return env
 
 
-@contextlib.contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``env`` set, as the command's processes will see it."""
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def _checked_config(env: dict[str, str]) -> ProfilerConfig | str:
     """The ``ProfilerConfig`` the command's processes will read, or why there is none (one
     line naming the option, the value and what is allowed)."""
     from neuron_mlflow.config import ProfilerConfig
 
     try:
-        with _environment(env):
+        with mock.patch.dict(os.environ, env):
             config = ProfilerConfig()
         if config.backend != "auto":  # fail now, not in every process
             from neuron_mlflow.capture.backends import resolve_backend
@@ -410,7 +396,7 @@ def run_command(argv: Sequence[str]) -> int:
         print(f"neuron-mlflow run: command not found: {command[0]}", file=sys.stderr)
         return EXIT_NOT_FOUND
     job_id = uuid.uuid4().hex
-    with _environment(config_env):
+    with mock.patch.dict(os.environ, config_env):
         run = _open_run(config, command, job_id)
     if run.run_id is not None:
         print(f"neuron-mlflow run: run {run.run_id} at {run.tracking_uri} (on demand: "
