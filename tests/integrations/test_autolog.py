@@ -134,30 +134,26 @@ print("lightning", len(ours))
 mine = NeuronProfilerCallback(backend="cpu", local_dir="spool-own")
 given = fit(callbacks=[mine])
 print("lightning-given", len(given), given[0] is mine)
-try:
-    from neuron_mlflow.integrations.transformers import HfProfilerCallback
-except ImportError:
-    print("hf absent")
-else:
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer as HfTrainer, TrainingArguments
+from neuron_mlflow.integrations.transformers import HfProfilerCallback
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer as HfTrainer, TrainingArguments
 
-    class Tokens(torch.utils.data.Dataset):
-        def __len__(self):
-            return 16
-        def __getitem__(self, i):
-            ids = torch.randint(0, 128, (16,))
-            return {"input_ids": ids, "labels": ids}
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        ids = torch.randint(0, 128, (16,))
+        return {"input_ids": ids, "labels": ids}
 
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128,
-                                       n_positions=32))
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, report_to=[],
-                             per_device_train_batch_size=2, use_cpu=True, save_strategy="no",
-                             logging_strategy="no", disable_tqdm=True)
-    trainer = HfTrainer(model=model, args=args, train_dataset=Tokens())
-    trainer.train()
-    found = [c for c in trainer.callback_handler.callbacks if isinstance(c, HfProfilerCallback)]
-    print("hf", len(found))
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128,
+                                   n_positions=32))
+args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, report_to=[],
+                         per_device_train_batch_size=2, use_cpu=True, save_strategy="no",
+                         logging_strategy="no", disable_tqdm=True)
+trainer = HfTrainer(model=model, args=args, train_dataset=Tokens())
+trainer.train()
+found = [c for c in trainer.callback_handler.callbacks if isinstance(c, HfProfilerCallback)]
+print("hf", len(found))
 print("hook steps", al._state.clock_steps, al._state.optimizer_steps)
 ours[0].wait()
 print("window", ours[0].summaries["train"].steps)
@@ -173,12 +169,7 @@ def test_each_trainer_gets_exactly_one_callback(tracking_uri, tmp_path) -> None:
     lines = result.stdout.splitlines()
     assert "lightning 1" in lines
     assert "lightning-given 1 True" in lines  # the user's own, not a second one
-    try:
-        import neuron_mlflow.integrations.transformers  # noqa: F401
-    except ImportError:  # (the Hugging Face front end is not in this tree)
-        assert "hf absent" in lines
-    else:
-        assert "hf 1" in lines
+    assert "hf 1" in lines
     assert "hook steps 0 0" in lines  # the Trainers' steps were their callbacks' only
     assert "window 2" in lines
     assert "disabled 0" in lines
