@@ -43,7 +43,7 @@ from neuron_mlflow.engine.capture_requests import start_for_stage
 from neuron_mlflow.engine.guard import Guard
 from neuron_mlflow.engine.options import Broadcast, Options
 from neuron_mlflow.engine.session import ProfilingSession
-from neuron_mlflow.engine.stages import StageWindows, check_ranks
+from neuron_mlflow.engine.stages import StageWindows, check_ranks, check_stages
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.worker import WorkerClient
 from neuron_mlflow.summary.ops import OpSummary
@@ -60,7 +60,7 @@ class Attachment:
         ranks: global ranks that capture (default: all).
 
     Raises:
-        ConfigError: a bad rank.
+        ConfigError: a bad stage or rank (the message lists what is allowed).
         BackendUnavailableError: the backend cannot run here (at once, not mid-training).
 
     See the module docstring for an example.
@@ -69,12 +69,12 @@ class Attachment:
     def __init__(
         self,
         config: ProfilerConfig,
-        stages: Iterable[str] = ("train",),
+        stages: str | Iterable[str] = ("train",),
         ranks: Iterable[int] | None = None,
         all_stages: Iterable[str] | None = None,
     ) -> None:
         self.config = config
-        self.stages = tuple(stages)
+        self.stages = check_stages(stages, None if all_stages is None else tuple(all_stages))
         self.ranks = check_ranks(ranks)
         self.backend_name = resolve_backend(config.backend, config).name  # fail now
         self.options: Options | None = None
@@ -229,11 +229,29 @@ class Attachment:
 
 class AttachedFrontEnd:
     """What a framework's front end shows its user, read from its :class:`Attachment`
-    (``self.attachment``, made by the front end's constructor): the callbacks of Lightning
-    and Hugging Face share these instead of each forwarding them.
+    (``self.attachment``, made by the front end's constructor with :meth:`_attach`): the
+    callbacks of Lightning and Hugging Face share these instead of each forwarding them.
     """
 
+    config: ProfilerConfig
+    stages: tuple[str, ...]
     attachment: Attachment
+
+    def _attach(
+        self,
+        config: ProfilerConfig | None,
+        stages: str | Iterable[str],
+        ranks: Iterable[int] | None,
+        overrides: dict[str, Any],
+        all_stages: tuple[str, ...],
+    ) -> None:
+        """The front end's constructor: ``config`` (default ``ProfilerConfig()``) with the
+        ``overrides``, checked, and its :class:`Attachment`."""
+        base = config if config is not None else ProfilerConfig()
+        self.config = base.with_overrides(**overrides)
+        self.attachment = Attachment(self.config, stages, ranks, all_stages=all_stages)
+        self.stages = self.attachment.stages
+        self.ranks = self.attachment.ranks
 
     @property
     def summaries(self) -> dict[str, OpSummary]:

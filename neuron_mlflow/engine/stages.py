@@ -39,6 +39,26 @@ if TYPE_CHECKING:
     from neuron_mlflow.summary.ops import OpSummary
 
 
+def check_stages(
+    stages: str | Iterable[str], allowed: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
+    """The stages to profile, checked against ``allowed`` (a front end's stages), in order,
+    without repeats.
+
+    Example:
+        >>> check_stages("validate", ("train", "validate"))
+        ('validate',)
+    """
+    chosen = (stages,) if isinstance(stages, str) else tuple(stages)
+    bad = [s for s in chosen if allowed is not None and s not in allowed]
+    if bad or not chosen:
+        raise ConfigError(
+            f"invalid stages {chosen!r}: {'unknown ' + repr(bad) if bad else 'none given'}; "
+            f"allowed: {', '.join(allowed or ())}"
+        )
+    return tuple(dict.fromkeys(chosen))
+
+
 def check_ranks(ranks: Iterable[int] | None) -> frozenset[int] | None:
     """The global ranks that capture, checked (``None``: all ranks).
 

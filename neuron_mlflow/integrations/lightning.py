@@ -38,9 +38,9 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.attach import AttachedFrontEnd, Attachment
+from neuron_mlflow.engine.attach import AttachedFrontEnd
 from neuron_mlflow.errors import NeuronMlflowWarning
-from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, check_stages, hooks_of
+from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, hooks_of
 
 
 class NeuronProfilerCallback(AttachedFrontEnd, Callback):
@@ -78,12 +78,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
         ranks: Iterable[int] | None = None,
         **overrides: Any,
     ) -> None:
-        base = config if config is not None else ProfilerConfig()
-        self.config = base.with_overrides(**overrides)
-        self.stages = check_stages(stages)
-        self.attachment = Attachment(self.config, self.stages, ranks, all_stages=STAGES)
-        """The engine's side of this callback (options, stages' windows, worker, watcher)."""
-        self.ranks = self.attachment.ranks
+        self._attach(config, stages, ranks, overrides, STAGES)
         self._windows = self.attachment.windows
         self._profiled = self.attachment.profiled
         self._guard = self.attachment.guard

@@ -12,10 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-
-from neuron_mlflow.errors import ConfigError
 
 STAGES = ("train", "validate", "test", "predict")
 """Stages the callback can profile."""
@@ -75,21 +72,3 @@ def hooks_of(stage: str) -> StageHooks:
         'on_test_batch_end'
     """
     return next(row for row in STAGE_HOOKS if row.stage == stage)
-
-
-def check_stages(stages: str | Iterable[str], allowed: tuple[str, ...] = STAGES) -> tuple[str, ...]:
-    """The stages to profile, checked against ``allowed`` (a front end's stages; default
-    Lightning's), in order, without repeats.
-
-    Example:
-        >>> check_stages("validate")
-        ('validate',)
-    """
-    chosen = (stages,) if isinstance(stages, str) else tuple(stages)
-    bad = [s for s in chosen if s not in allowed]
-    if bad or not chosen:
-        raise ConfigError(
-            f"invalid stages {chosen!r}: {'unknown ' + repr(bad) if bad else 'none given'}; "
-            f"allowed: {', '.join(allowed)}"
-        )
-    return tuple(dict.fromkeys(chosen))

@@ -44,10 +44,9 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.attach import AttachedFrontEnd, Attachment
+from neuron_mlflow.engine.attach import AttachedFrontEnd
 from neuron_mlflow.engine.stages import StageWindows
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
-from neuron_mlflow.integrations.stage_table import check_stages
 
 STAGES = ("train", "evaluate")
 """Stages the callback can profile: optimizer steps, and the evaluation loop's batches."""
@@ -103,12 +102,7 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         ranks: Iterable[int] | None = None,
         **overrides: Any,
     ) -> None:
-        base = config if config is not None else ProfilerConfig()
-        self.config = base.with_overrides(**overrides)
-        self.stages = check_stages(stages, STAGES)
-        self.attachment = Attachment(self.config, self.stages, ranks, all_stages=STAGES)
-        """The engine's side of this callback (options, stages' windows, worker, watcher)."""
-        self.ranks = self.attachment.ranks
+        self._attach(config, stages, ranks, overrides, STAGES)
         self._guard = self.attachment.guard
         # the step hooks' test: the stage's windows when it is profiled, else None
         self._train: StageWindows | None = self.attachment.profiled["train"]
