@@ -610,7 +610,7 @@ def start_for_session(session: Any, active_run: str | None) -> OnDemand | None:
     if not wanted(config):
         return None
     rank, world_size = session._rank()
-    target = session.target
+    options = session.options
     return OnDemand(
         config,
         session.prefix,
@@ -619,8 +619,8 @@ def start_for_session(session: Any, active_run: str | None) -> OnDemand | None:
         request=session.request_window,
         busy=lambda: session.window_open,
         current_step=lambda: session.step_num,
-        run=lambda: target.known_run(active_run) or _last_run(session),
-        tracking_uri=target.tracking_uri,
+        run=lambda: active_run or options.run_id or _last_run(session),
+        tracking_uri=options.tracking_uri,
     ).start()
 
 

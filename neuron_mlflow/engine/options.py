@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,18 @@ class Options:
     def upload(self) -> bool:
         """Windows are uploaded (else kept pending): rank 0, or a rank that knows the run."""
         return self.run_id is not None or self.rank in (None, 0)
+
+    def active_run(self) -> str | None:
+        """The MLflow run active on the calling thread (call it on the training thread:
+        MLflow's active run is per thread); ``None`` when ``follow_active_run`` is off.
+
+        Cheap when the user never imported MLflow: then no run can be active.
+        """
+        if not self.follow_active_run or "mlflow" not in sys.modules:
+            return None
+        from neuron_mlflow.sinks.mlflow_sink import active_run_id
+
+        return active_run_id()
 
     @classmethod
     def resolve(

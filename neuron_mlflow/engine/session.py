@@ -50,7 +50,6 @@ from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.options import Options
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
-from neuron_mlflow.engine.upload import RunTarget
 from neuron_mlflow.engine.worker import WorkerClient
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, trace_folder
@@ -250,7 +249,6 @@ class ProfilingSession:
         self.backend = resolve_backend(config.backend, config)
         self.upload_enabled = options.upload if upload is None else upload
         self.step_num = 0
-        self.target = RunTarget(options.run_id, options.tracking_uri, options.follow_active_run)
         self._rank_info = (
             (options.rank, options.world_size)
             if options.rank is not None and options.world_size is not None
@@ -287,17 +285,17 @@ class ProfilingSession:
         _open_sessions.add(self)
         self._system: SystemMetrics | None = None
         if not options.attached:  # (an attached front end runs them for the whole job)
-            active = self.target.active_run()
+            active = options.active_run() or options.run_id
             self._system = self.guarded(
                 start_system_metrics,
                 config,
                 self.backend.name,
-                lambda: self.target.known_run(active) or self._results.run_id,
+                lambda: active or self._results.run_id,
                 options.tracking_uri,
             )
         self._watch: OnDemand | None = None
         if not options.attached:
-            self._watch = self.guarded(start_for_session, self, self.target.active_run())
+            self._watch = self.guarded(start_for_session, self, options.active_run())
 
     def _next_after(self, step: int) -> int | None:
         scheduled = next_window_start_skipping(self.config.schedule, self.skip_windows, step)
@@ -675,8 +673,8 @@ class ProfilingSession:
         window = self.guarded(
             end_record, base, capture, status=status, partial=partial, error=error,
             metric_step=None if self._metric_step is None else self._metric_step(),
-            run_id=self.target.known_run(self.target.active_run()),
-            tracking_uri=self.target.tracking_uri, upload=upload, skew_ranks=skew,
+            run_id=self.options.active_run() or self.options.run_id,
+            tracking_uri=self.options.tracking_uri, upload=upload, skew_ranks=skew,
         )  # fmt: skip
         if window is None:
             return None
