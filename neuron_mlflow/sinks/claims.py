@@ -80,8 +80,10 @@ def claim_file(path: Path) -> Claim | None:
 
 
 QUEUE = ".queue"
-"""The worker's queue under the spool root: one job file (JSON, ``window`` relative to the
-root) per window a training process handed to its worker process."""
+"""The worker's queue under the spool root: one job file per window a training process
+handed to its worker process (the window's record, :class:`~neuron_mlflow.sinks.
+window_record.Window`: in place at ``<session>/<artifact_path>`` under the root; a job of
+schema 2 names that folder as ``window``)."""
 WORKER_LOCK = ".worker.lock"
 """Held by the spool's worker process while it runs."""
 
@@ -123,10 +125,12 @@ def queued_for_worker(root: Path) -> set[Path]:
     if not queue.is_dir() or not worker_running(root):
         return set()
     found = set()
-    for job in queue.glob("*.json"):
+    for path in queue.glob("*.json"):
         try:
-            found.add((root / json.loads(job.read_text(encoding="utf-8"))["window"]).absolute())
-        except (OSError, ValueError, KeyError):
+            job = json.loads(path.read_text(encoding="utf-8"))
+            place = job["window"] if "window" in job else f"{job['session']}/{job['artifact_path']}"
+            found.add((root / place).absolute())
+        except (OSError, ValueError, KeyError, TypeError):
             continue
     return found
 

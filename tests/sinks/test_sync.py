@@ -12,8 +12,10 @@ from mlflow import MlflowClient
 
 import neuron_mlflow as nm
 from neuron_mlflow.cli import main
+from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, claim_file, queued_for_worker
+from neuron_mlflow.sinks.pending import upload_pending
 from neuron_mlflow.sinks.spool import Spool
-from neuron_mlflow.sinks.window_record import SCHEMA_VERSION
+from neuron_mlflow.sinks.window_record import SCHEMA_VERSION, Window, WindowState, encode_window
 from tests.conftest import free_port
 from tests.helpers import artifact_files, inputs, metric_history, metrics, rmsnorm_naive
 
@@ -162,3 +164,24 @@ def test_spool_written_offline_syncs_to_a_real_server(monkeypatch, tmp_path, mlf
     assert manifest["state"] == "uploaded" and manifest["schema_version"] == SCHEMA_VERSION
     assert metrics(manifest["run_id"])["profile/steps"] == 2
     shutil.rmtree(tmp_path / "spool")
+
+
+def test_sync_leaves_a_window_queued_for_a_running_worker_to_it(tmp_path) -> None:
+    # the worker put its queued window in place (its job, the window's record, still queued)
+    # and has not finished it yet: `sync` must not take it from the worker
+    spool = Spool(tmp_path / "spool")
+    record = spool.create_window(spool.new_session_dir(), WINDOW)
+    job = Window(state=WindowState.SPOOLED, artifact_path=WINDOW, session=record.window.session,
+                 created="", captured_ms=0)  # fmt: skip
+    (spool.root / QUEUE).mkdir()
+    (spool.root / QUEUE / "00000000000000000001_1_0.json").write_bytes(encode_window(job))
+    worker = claim_file(spool.root / WORKER_LOCK)  # a worker serves this spool
+    assert worker is not None
+    try:
+        assert queued_for_worker(spool.root) == {record.path.absolute()}
+        report = upload_pending(str(spool.root))
+        assert report.busy == [str(record.path)] and report.uploaded == []
+    finally:
+        worker.release()
+    assert queued_for_worker(spool.root) == set(), "no worker runs: sync takes it"
+    assert [path for path, _ in upload_pending(str(spool.root)).uploaded] == [str(record.path)]
