@@ -121,17 +121,6 @@ def queued_place(root: Path, window: Window) -> Path:
     return root / window.session / window.artifact_path
 
 
-def _alive(pid: int) -> bool:
-    """True while process ``pid`` exists (a zombie counts as gone only once reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it exists, under another user
-    return True
-
-
 def _release(held: Claim | None) -> None:
     if held is not None:
         held.release()
