@@ -14,12 +14,9 @@ Example:
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from neuron_mlflow.naming import metric_key
-
-if TYPE_CHECKING:
-    from neuron_mlflow.engine.worker import SkewRequest
 
 SKEW_METRIC = "max_over_median_time"
 """``P/rank/max_over_median_time``."""
@@ -33,7 +30,28 @@ def skew_of(times: list[float]) -> float | None:
     return max(times) / median if median > 0 else None
 
 
-def rank_skew(tracking_uri: str, run_id: str, request: SkewRequest, final: bool) -> bool:
+@dataclass(frozen=True)
+class SkewFollowUp:
+    """Rank 0's window, uploaded: its worker logs the skew once the ranks' times are in
+    the run (or at ``deadline``, a ``time.monotonic()`` time, from the ranks that are).
+
+    Attributes:
+        prefix: the metric prefix ``P``.
+        metric_step: the window's metric step.
+        ranks: the global ranks that capture.
+        run_id, tracking_uri: the run the window went to.
+        deadline: when the worker stops waiting for the other ranks.
+    """
+
+    prefix: str
+    metric_step: int
+    ranks: tuple[int, ...]
+    run_id: str
+    tracking_uri: str
+    deadline: float
+
+
+def rank_skew(request: SkewFollowUp, final: bool) -> bool:
     """Log the skew of one window once every capturing rank's time is in the run (or, when
     ``final``, from the ranks that are: a rank that stopped profiling holds nobody).
 
@@ -42,13 +60,13 @@ def rank_skew(tracking_uri: str, run_id: str, request: SkewRequest, final: bool)
     """
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = MlflowClient(tracking_uri=request.tracking_uri)
     times: list[float] = []
     for rank in request.ranks:
         for name in ("device_time_us", "cpu_time_us"):
             key = metric_key(request.prefix, "rank", str(rank), name)
             values = [
-                m.value for m in client.get_metric_history(run_id, key)
+                m.value for m in client.get_metric_history(request.run_id, key)
                 if m.step == request.metric_step
             ]  # fmt: skip
             if values:
@@ -59,5 +77,5 @@ def rank_skew(tracking_uri: str, run_id: str, request: SkewRequest, final: bool)
     skew = skew_of(times)
     if skew is not None:
         key = metric_key(request.prefix, "rank", SKEW_METRIC)
-        client.log_metric(run_id, key, skew, step=request.metric_step)
+        client.log_metric(request.run_id, key, skew, step=request.metric_step)
     return True

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from neuron_mlflow.engine.rank_skew import SkewFollowUp, rank_skew
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held
 from neuron_mlflow.sinks.spool import Spool, write_whole
 from neuron_mlflow.sinks.window_record import Window, decode_window, encode_window
@@ -84,20 +85,6 @@ SKEW_WAIT_S = 30.0
 log = logging.getLogger("neuron_mlflow.worker")
 
 _job_counter = itertools.count()
-
-
-class SkewRequest(msgspec.Struct, frozen=True):
-    """Rank 0's window asks for the rank skew metric once the ranks' times are in the run.
-
-    Attributes:
-        prefix: the metric prefix ``P``.
-        metric_step: the window's metric step.
-        ranks: the global ranks that capture.
-    """
-
-    prefix: str
-    metric_step: int
-    ranks: tuple[int, ...]
 
 
 def read_job(root: Path, path: Path) -> Window:
@@ -241,16 +228,6 @@ def run_idle(pid: int) -> None:
 
 
 @dataclass
-class _Pending:
-    """A follow-up that waits for other processes (the rank skew)."""
-
-    request: SkewRequest
-    run_id: str
-    tracking_uri: str
-    deadline: float
-
-
-@dataclass
 class Worker:
     """The worker loop over one spool (see the module docstring).
 
@@ -264,7 +241,7 @@ class Worker:
     idle_s: float = IDLE_S
     poll_s: float = 0.02
     _sinks: dict[str | None, MlflowSink] = field(default_factory=dict)
-    _followups: list[_Pending] = field(default_factory=list)
+    _followups: list[SkewFollowUp] = field(default_factory=list)
     _orphaned_since: float | None = None
     _followups_at: float = 0.0
 
@@ -467,14 +444,11 @@ def process_job(worker: Worker, window: Window) -> bool:
             log.warning("neuron-mlflow: %s; kept at %s", exc, record.path)
         else:
             if upload and window.skew_ranks and record.window.run_id and sink is not None:
-                request = SkewRequest(
+                worker._followups.append(SkewFollowUp(
                     str(record.window.prefix), record.window.metric_step,
-                    tuple(window.skew_ranks),
-                )  # fmt: skip
-                worker._followups.append(
-                    _Pending(request, str(record.window.run_id), sink.tracking_uri,
-                             time.monotonic() + SKEW_WAIT_S)
-                )  # fmt: skip
+                    tuple(window.skew_ranks), str(record.window.run_id), sink.tracking_uri,
+                    time.monotonic() + SKEW_WAIT_S,
+                ))  # fmt: skip
         record.handled()
     except Exception as exc:  # never let one window stop the worker
         log.exception("neuron-mlflow worker: window %s failed", path)
@@ -486,13 +460,11 @@ def process_job(worker: Worker, window: Window) -> bool:
     return True
 
 
-def log_rank_skew(pending: _Pending, final: bool) -> bool:
+def log_rank_skew(pending: SkewFollowUp, final: bool) -> bool:
     """Log ``P/rank/max_over_median_time`` of one window once every rank's time is in the
     run (or, when ``final``, from the ranks that are). True when done."""
-    from neuron_mlflow.engine.rank_skew import rank_skew
-
     try:
-        return rank_skew(pending.tracking_uri, pending.run_id, pending.request, final)
+        return rank_skew(pending, final)
     except Exception as exc:
         log.warning("neuron-mlflow worker: the rank skew could not be logged (%s)", exc)
         return True
