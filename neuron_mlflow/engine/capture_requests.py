@@ -589,28 +589,14 @@ def wanted(config: ProfilerConfig) -> bool:
     return config.poll_s > 0 or config.trigger is not None or config.capture_signal is not None
 
 
-def _last_run(session: Any) -> str | None:
-    """The run of the session's last window that has one (read from its record)."""
-    from neuron_mlflow.sinks.spool import WindowRecord
-
-    for handed in reversed(session._results.handed):
-        try:
-            run_id = WindowRecord.load(handed.path).manifest.get("run_id")
-        except (OSError, ValueError):
-            continue
-        if run_id:
-            return str(run_id)
-    return None
-
-
-def start_for_session(session: Any, active_run: str | None) -> OnDemand | None:
+def start_for_session(session: Any, run: Callable[[], str | None]) -> OnDemand | None:
     """The watcher of a :class:`~neuron_mlflow.engine.session.ProfilingSession` driven by the
-    decorator or a ``with`` block (its steps are the session's own), started."""
+    decorator or a ``with`` block (its steps are the session's own), started; ``run`` gives
+    the run its events go to (the session's, as far as it knows it now)."""
     config = session.config
     if not wanted(config):
         return None
     rank, world_size = session._rank()
-    options = session.options
     return OnDemand(
         config,
         session.prefix,
@@ -619,8 +605,8 @@ def start_for_session(session: Any, active_run: str | None) -> OnDemand | None:
         request=session.request_window,
         busy=lambda: session.window_open,
         current_step=lambda: session.step_num,
-        run=lambda: active_run or options.run_id or _last_run(session),
-        tracking_uri=options.tracking_uri,
+        run=run,
+        tracking_uri=session.options.tracking_uri,
     ).start()
 
 

@@ -196,9 +196,21 @@ class Results:
         """The handed windows read back so far (summarised), oldest first."""
         return [h.record for h in self.handed if h.record is not None and h.summary is not None]
 
+    def last_run(self) -> str | None:
+        """The run of the last handed window whose record names one, read from its record
+        now (the worker writes the run it chose there): nothing waits for the worker."""
+        for handed in reversed(self.handed):
+            try:
+                run_id = WindowRecord.load(handed.path).window.run_id
+            except (OSError, ValueError):
+                continue
+            if run_id:
+                return str(run_id)
+        return None
+
     @property
     def run_id(self) -> str | None:
-        """The run the last uploaded window went to."""
+        """The run the last uploaded window went to (as read back so far)."""
         for handed in reversed(self.handed):
             if handed.record is not None and handed.record.status == "done":
                 run = handed.record.window.run_id
@@ -284,18 +296,18 @@ class ProfilingSession:
         self._rank_metrics = options.attached
         _open_sessions.add(self)
         self._system: SystemMetrics | None = None
+        self._watch: OnDemand | None = None
         if not options.attached:  # (an attached front end runs them for the whole job)
             active = options.active_run() or options.run_id
+            results = self._results
+
+            def known_run() -> str | None:
+                return active or results.last_run()
+
             self._system = self.guarded(
-                start_system_metrics,
-                config,
-                self.backend.name,
-                lambda: active or self._results.run_id,
-                options.tracking_uri,
+                start_system_metrics, config, self.backend.name, known_run, options.tracking_uri
             )
-        self._watch: OnDemand | None = None
-        if not options.attached:
-            self._watch = self.guarded(start_for_session, self, options.active_run())
+            self._watch = self.guarded(start_for_session, self, known_run)
 
     def _next_after(self, step: int) -> int | None:
         scheduled = next_window_start_skipping(self.config.schedule, self.skip_windows, step)
