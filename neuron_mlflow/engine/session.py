@@ -261,17 +261,10 @@ class ProfilingSession:
         self.backend = resolve_backend(config.backend, config)
         self.upload_enabled = options.upload if upload is None else upload
         self.step_num = 0
-        self._rank_info = (
-            (options.rank, options.world_size)
-            if options.rank is not None and options.world_size is not None
-            else None
-        )
         self._metric_step = metric_step
         self.skip_windows = skip_windows if skip_windows is not None else set()
         self._requested: list[tuple[Window, str]] = []
         self._requested_ever: list[Window] = []
-        self._traces_only = options.traces_only
-        self.job_id = options.job_id
         self._spool = Spool(Path(config.local_dir).absolute())
         self._session_dir: Path | None = None
         self._capture: LiveWindow | None = None
@@ -291,9 +284,6 @@ class ProfilingSession:
         self._base: Record | None = None
         self._stopped: LiveWindow | None = None  # the last window's profiler, to free
         """What every window's record of this session holds (made when the first opens)."""
-        ranks = options.capture_ranks
-        self._capture_ranks = tuple(sorted(ranks)) if ranks is not None else None
-        self._rank_metrics = options.attached
         _open_sessions.add(self)
         self._system: SystemMetrics | None = None
         self._watch: OnDemand | None = None
@@ -576,7 +566,10 @@ class ProfilingSession:
             self._release_stopped()
 
     def _rank(self) -> tuple[int, int]:
-        return self._rank_info or rank_and_world_size()
+        rank, world_size = self.options.rank, self.options.world_size
+        if rank is None or world_size is None:
+            return rank_and_world_size()
+        return rank, world_size
 
     def _release_stopped(self) -> None:
         """Free the last window's stopped profiler (:meth:`LiveWindow.release`): when a
@@ -638,8 +631,8 @@ class ProfilingSession:
         rank, world_size = self._rank()
         return session_record(
             self.config, self.backend, self.prefix, self._session_dir.name, rank=rank,
-            world_size=world_size, traces_only=self._traces_only, job_id=self.job_id,
-            rank_metrics=self._rank_metrics,
+            world_size=world_size, traces_only=self.options.traces_only,
+            job_id=self.options.job_id, rank_metrics=self.options.attached,
         )  # fmt: skip
 
     def _finish_window(
@@ -681,7 +674,7 @@ class ProfilingSession:
         rank, world_size = base.rank, base.world_size
         skew = None
         if rank == 0 and world_size > 1 and upload:
-            skew = list(self._capture_ranks or range(world_size))
+            skew = sorted(self.options.capture_ranks or range(world_size))
         window = self.guarded(
             end_record, base, capture, status=status, partial=partial, error=error,
             metric_step=None if self._metric_step is None else self._metric_step(),
