@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from neuron_mlflow.engine.rank_skew import SkewFollowUp, rank_skew
-from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held
+from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held, release
 from neuron_mlflow.sinks.spool import Spool, write_whole
 from neuron_mlflow.sinks.window_record import Window, decode_window, encode_window
 
@@ -108,11 +108,6 @@ def queued_place(root: Path, window: Window) -> Path:
     return root / window.session / window.artifact_path
 
 
-def _release(held: Claim | None) -> None:
-    if held is not None:
-        held.release()
-
-
 class WorkerClient:
     """The training process's side: register, queue a window, start the worker if none runs.
 
@@ -164,7 +159,7 @@ class WorkerClient:
         fd = claim_file(self.root / WORKER_LOCK)
         if fd is None:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
-        _release(fd)
+        release(fd)
         started = _STARTED.get(self.root)
         if (
             started is not None
@@ -190,7 +185,7 @@ class WorkerClient:
     def close(self) -> None:
         """Unregister (the worker then finishes the queue and exits)."""
         held, self._client_fd = self._client_fd, None
-        _release(held)
+        release(held)
 
 
 def start_worker(root: Path) -> subprocess.Popen[bytes]:
@@ -384,7 +379,7 @@ class Worker:
                     continue
                 capturing = alive and self.capture_in_progress()  # a job is coming
                 if now - last_work > (self.idle_s if alive else 0.0) and not capturing:
-                    _release(lock)
+                    release(lock)
                     lock = None
                     # a job queued, or a window opened, while we decided to stop: its
                     # client saw our lock held
@@ -396,7 +391,7 @@ class Worker:
                     continue
                 time.sleep(self.poll_s if now - last_work < 1.0 else 0.1)
         finally:
-            _release(lock)
+            release(lock)
 
 
 def give_up(worker: Worker, window: Window) -> None:

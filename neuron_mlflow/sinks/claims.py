@@ -50,6 +50,12 @@ class Claim:
                 os.close(fd)
 
 
+def release(held: Claim | None) -> None:
+    """Give ``held`` up, when there is one."""
+    if held is not None:
+        held.release()
+
+
 def claim(folder: Path) -> Claim | None:
     """Claim the window at ``folder`` for this process, without waiting.
 

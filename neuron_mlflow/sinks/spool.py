@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from neuron_mlflow.sinks.claims import Claim, claim
+from neuron_mlflow.sinks.claims import Claim, claim, release
 from neuron_mlflow.sinks.window_record import (
     Window,
     WindowState,
@@ -335,17 +335,17 @@ class Spool:
                 os.rename(staged, path)
             except FileNotFoundError:
                 if not staged.is_dir():  # another process placed it meanwhile
-                    _release(held)
+                    release(held)
                     return WindowRecord.load(path)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(staged, path)
         except OSError:
-            _release(held)
+            release(held)
             if not staged.is_dir():
                 raise
             return _take_over(path, window, staged, claimed)
         except BaseException:
-            _release(held)
+            release(held)
             raise
         return WindowRecord(path=path, window=window, claim=held)
 
@@ -371,11 +371,6 @@ class Spool:
                 continue
             if not statuses or record.status in statuses:
                 yield record
-
-
-def _release(held: Claim | None) -> None:
-    if held is not None:
-        held.release()
 
 
 def _take_over(path: Path, window: Window, staged: Path, claimed: bool) -> WindowRecord:
