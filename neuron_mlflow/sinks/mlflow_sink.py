@@ -34,15 +34,12 @@ from typing import TYPE_CHECKING
 
 from neuron_mlflow.naming import JOB_TAG
 from neuron_mlflow.sinks import delivery, reachability
-from neuron_mlflow.sinks.delivery import METRICS_PER_CALL, PARAMS_PER_CALL, TAGS_PER_CALL
 from neuron_mlflow.sinks.spool import WindowRecord
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-__all__ = [
-    "METRICS_PER_CALL", "PARAMS_PER_CALL", "TAGS_PER_CALL", "JOB_TAG", "MlflowSink", "group_key",
-]  # fmt: skip
+__all__ = ["MlflowSink", "group_key"]
 
 
 def group_key(record: WindowRecord) -> str:
@@ -53,9 +50,6 @@ def group_key(record: WindowRecord) -> str:
     if window.run_id:
         return f"run:{window.run_id}"
     return f"session:{window.session}"
-
-
-"""Tag naming the job a run was created for by ``sync`` (one run per job, all ranks)."""
 
 
 def current_tracking_uri() -> str:
