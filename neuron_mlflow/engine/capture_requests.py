@@ -172,10 +172,10 @@ def _on_signal(signum: int, frame: Any) -> None:
         target.hot = True
 
 
-def _install_signal(name: str | None, target: OnDemand) -> bool:
+def _install_signal(name: str | None, target: OnDemand) -> None:
     """Route ``name`` to ``target`` when the job has no handler of its own (main thread)."""
     if name is None or threading.current_thread() is not threading.main_thread():
-        return False
+        return
     signum = getattr(signal, name)
     with contextlib.suppress(ValueError, OSError):
         current = signal.getsignal(signum)
@@ -184,9 +184,8 @@ def _install_signal(name: str | None, target: OnDemand) -> bool:
                 _installed[signum] = current
                 signal.signal(signum, _on_signal)
             _signal_targets.append(target)
-            return True
+            return
         log.info("neuron-mlflow: %s has a handler of the job's own; capture by signal is off", name)
-    return False
 
 
 def _uninstall_signal(target: OnDemand) -> None:
@@ -274,13 +273,12 @@ class OnDemand:
         self._client: Any = None
         self._first_poll = True
         self._beat: tuple[int, float] | None = None
-        self.signal_installed = False
 
     # -- life cycle ------------------------------------------------------------------
 
     def start(self) -> OnDemand:
         """Install the signal handler (main thread) and start the background thread."""
-        self.signal_installed = _install_signal(self.config.capture_signal, self)
+        _install_signal(self.config.capture_signal, self)
         if self.config.poll_s > 0:
             self._thread = threading.Thread(
                 target=self._loop, name=f"neuron-mlflow-capture-{self.rank}", daemon=True

@@ -90,7 +90,6 @@ class _Handed:
     """One window handed to the worker, and what this process has read of it."""
 
     path: Path
-    upload: bool
     summary: OpSummary | None = None
     record: WindowRecord | None = None
     finished: bool = False
@@ -112,7 +111,7 @@ class Results:
         """Queue the window's record for the worker (it puts the window at ``path``)."""
         assert self.client is not None
         self.client.submit(window)
-        self.handed.append(_Handed(path, window.upload))
+        self.handed.append(_Handed(path))
         return True
 
     def _read(self, handed: _Handed, summaries_only: bool) -> bool:

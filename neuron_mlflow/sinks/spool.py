@@ -63,7 +63,6 @@ Status = Literal["pending", "done", "incomplete"]
 MANIFEST = "manifest.json"
 ARTIFACTS = "artifacts"
 CAPTURE = ".capture"
-UPLOAD_PARTS = ("tags", "params", "metrics", "artifacts")
 
 _session_counter = itertools.count(1)
 _made_counter = itertools.count(1)
@@ -393,7 +392,7 @@ def _take_over(path: Path, window: Window, staged: Path, claimed: bool) -> Windo
 
 def write_summary_files(
     artifacts: Path, summary: Any, title: str, document: dict[str, Any]
-) -> dict[str, str]:
+) -> None:
     """Write a window's ``summary.md``, ``summary.json``, ``ops.csv``, ``op_keys.json`` and
     ``config.json`` (the window's effective config, ``document["config"]``, when given).
 
@@ -402,9 +401,6 @@ def write_summary_files(
         summary: its :class:`~neuron_mlflow.summary.ops.OpSummary`.
         title: the Markdown table's title.
         document: more top-level entries of ``summary.json`` (window, config, environment...).
-
-    Returns:
-        The op keys (op name to metric key).
     """
     from neuron_mlflow.naming import op_keys
     from neuron_mlflow.summary.tables import render_csv, render_markdown
@@ -425,4 +421,3 @@ def write_summary_files(
         json.dumps({key: name for name, key in keys.items()}, indent=2, sort_keys=True),
         encoding="utf-8",
     )
-    return keys

@@ -24,7 +24,7 @@ upload that fails leaves the window ``summarised`` with ``error`` and ``failed_s
 
 Records of earlier releases are read as the same states (:func:`upgrade`): the first
 release's dict manifests (``"format": 1``) and ``schema_version`` 2 (the config, environment
-and errors in a ``document`` dict); :mod:`neuron_mlflow.sinks.legacy_queue` reads the queued
+and errors in a ``document`` dict); :mod:`neuron_mlflow.engine.legacy_queue` reads the queued
 jobs of version 2.
 
 Example:
