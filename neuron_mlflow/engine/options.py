@@ -103,6 +103,11 @@ class Options:
 
         return active_run_id()
 
+    def current_run(self) -> str | None:
+        """The run a window ending now goes to, as this thread knows it: the active run
+        (:meth:`active_run`), else the given ``run_id`` (the worker decides when neither)."""
+        return self.active_run() or self.run_id
+
     @classmethod
     def resolve(
         cls,

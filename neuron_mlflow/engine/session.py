@@ -287,7 +287,7 @@ class ProfilingSession:
         self._system: SystemMetrics | None = None
         self._watch: OnDemand | None = None
         if not options.attached:  # (an attached front end runs them for the whole job)
-            active = options.active_run() or options.run_id
+            active = options.current_run()
             results = self._results
 
             def known_run() -> str | None:
@@ -677,7 +677,7 @@ class ProfilingSession:
         window = self.guarded(
             end_record, base, capture, status=status, partial=partial, error=error,
             metric_step=None if self._metric_step is None else self._metric_step(),
-            run_id=self.options.active_run() or self.options.run_id,
+            run_id=self.options.current_run(),
             tracking_uri=self.options.tracking_uri, upload=upload, skew_ranks=skew,
         )  # fmt: skip
         if window is None:
