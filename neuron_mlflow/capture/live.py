@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.backends.base import BaseBackend
 from neuron_mlflow.capture.interference import InterferenceProbe, Sample
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.naming import RECORDED_STEPS_KEY, STEP_INTERFERENCE_KEY
@@ -61,7 +61,7 @@ class LiveWindow:
     """
 
     window: Window
-    backend: Backend
+    backend: BaseBackend
     config: ProfilerConfig
     staging: Path
     trace_dir: Path

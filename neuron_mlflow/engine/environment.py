@@ -51,7 +51,7 @@ def environment_tags(
     """Run tags: backend facts plus torch and neuron-mlflow versions, host, rank, world size.
 
     Args:
-        backend_facts: ``Backend.describe()``.
+        backend_facts: ``BaseBackend.describe()``.
         rank: global rank of this process.
         world_size: number of processes.
 

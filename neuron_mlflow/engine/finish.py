@@ -42,7 +42,7 @@ import time
 
 import msgspec
 
-from neuron_mlflow.capture.backends import Backend
+from neuron_mlflow.capture.backends import BaseBackend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.environment import environment_tags
@@ -65,7 +65,7 @@ def warm_window_constants(config: ProfilerConfig, backend: str) -> None:
 
 def session_record(
     config: ProfilerConfig,
-    backend: Backend,
+    backend: BaseBackend,
     prefix: str,
     session: str,
     *,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from neuron_mlflow.capture.backends.base import Backend
+from neuron_mlflow.capture.backends.base import BaseBackend
 from neuron_mlflow.capture.backends.cpu import CpuBackend
 from neuron_mlflow.capture.backends.cuda import CudaBackend
 from neuron_mlflow.capture.backends.neuron import NeuronBackend
@@ -23,12 +23,9 @@ from neuron_mlflow.errors import BackendUnavailableError
 if TYPE_CHECKING:
     from neuron_mlflow.config import ProfilerConfig
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "Backend", "resolve_backend"]
+__all__ = ["BACKENDS", "AUTO_ORDER", "BaseBackend", "resolve_backend"]
 
-_IMPLEMENTS: tuple[type[Backend], ...] = (CpuBackend, CudaBackend, NeuronBackend)
-"""mypy checks here that each backend implements the :class:`Backend` protocol."""
-
-BACKENDS: dict[str, type[Backend]] = {
+BACKENDS: dict[str, type[BaseBackend]] = {
     "cpu": CpuBackend,
     "cuda": CudaBackend,
     "neuron": NeuronBackend,
@@ -39,7 +36,7 @@ AUTO_ORDER = ("neuron", "cuda", "cpu")
 """The order in which ``auto`` tries backends."""
 
 
-def resolve_backend(name: str, config: ProfilerConfig | None = None) -> Backend:
+def resolve_backend(name: str, config: ProfilerConfig | None = None) -> BaseBackend:
     """Return a ready backend for ``name`` (``auto``, ``neuron``, ``cuda`` or ``cpu``).
 
     Args:

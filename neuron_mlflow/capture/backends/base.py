@@ -1,17 +1,17 @@
-"""The contract every profiling backend implements: :class:`Backend` (a ``Protocol``).
+"""The contract every profiling backend implements: :class:`BaseBackend`.
 
 A backend says which ``torch.profiler`` activities to record and which extra keyword
 arguments the profiler needs (the window's start), how a finished window's trace is written
 (its stop: the window's files), how to wait for the device, what to call the device in
 tables, how to describe itself in run tags, and, off the training thread, where a window's
 device time comes from and what more the device tells about it (its device analysis).
-:class:`BaseBackend` holds the defaults the cpu, cuda and neuron backends share; mypy checks
-each against :class:`Backend` (``capture/backends/__init__.py``). A backend keeps no state
+:class:`BaseBackend` declares these calls and holds the defaults the cpu, cuda and neuron
+backends share; the engine types a backend as :class:`BaseBackend`. A backend keeps no state
 of a window between its calls: what one window needs travels with that window.
 
 Example:
     >>> from neuron_mlflow.capture.backends.cpu import CpuBackend
-    >>> backend: Backend = CpuBackend()
+    >>> backend: BaseBackend = CpuBackend()
     >>> backend.name, backend.device_label
     ('cpu', None)
 """
@@ -22,7 +22,7 @@ import abc
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     import torch.profiler
@@ -33,77 +33,14 @@ if TYPE_CHECKING:
     from neuron_mlflow.summary.ops import OpSummary
 
 
-class Backend(Protocol):
-    """What the engine calls on a backend, in the order of a window's life.
+class BaseBackend(abc.ABC):
+    """What the engine calls on a backend, and the defaults the cpu, cuda and neuron
+    backends share.
 
     Attributes:
         name: the ``ProfilerConfig.backend`` value that selects it.
         device_label: column label of device time (``CUDA``, ``NEURON``), ``None`` if CPU-only.
         config: the profiling configuration it serves.
-    """
-
-    name: ClassVar[str]
-    device_label: ClassVar[str | None]
-    config: ProfilerConfig | None
-
-    def __init__(self, config: ProfilerConfig | None = None) -> None: ...
-
-    @classmethod
-    def unavailable_reason(cls) -> str | None:
-        """``None`` when the backend can run here, else what is missing and how to get it."""
-        ...
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        """Start: the ``torch.profiler`` activities to record."""
-        ...
-
-    def profiler_kwargs(self, config: ProfilerConfig, output_dir: Path) -> dict[str, Any]:
-        """Start: more keyword arguments for ``torch.profiler.profile``."""
-        ...
-
-    def synchronize(self) -> None:
-        """Each step's end: wait for queued device work."""
-        ...
-
-    def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
-        """Stop: write the window's files into ``output_dir``."""
-        ...
-
-    def refine_device_time(
-        self, stats: CapturedStats, trace_dir: Path
-    ) -> tuple[CapturedStats, str | None]:
-        """Off the training thread: the window read from its files, and where its device
-        time comes from (``trace``, ``key_averages``, ``none``; ``None`` without a device)."""
-        ...
-
-    def analyze_window(
-        self,
-        prefix: str,
-        summary: OpSummary,
-        trace_dir: Path,
-        out_dir: Path,
-        stats: CapturedStats,
-    ) -> DeviceAnalysis | None:
-        """Off the training thread: the device analysis of a summarised window (metrics,
-        tags, files into ``out_dir``), or ``None`` when the backend has none."""
-        ...
-
-    def describe(self) -> dict[str, str]:
-        """Facts for run tags: at least ``backend`` and ``device``."""
-        ...
-
-    def restore(self, facts: dict[str, str]) -> None:
-        """In the worker process: take back what :meth:`describe` said on the training host
-        (``facts``, without the tag prefix), for the window's summary."""
-        ...
-
-
-class BaseBackend(abc.ABC):
-    """The defaults the cpu, cuda and neuron backends share (see :class:`Backend`).
-
-    Class attributes:
-        name: the ``ProfilerConfig.backend`` value that selects it.
-        device_label: column label of device time (``CUDA``, ``NEURON``), ``None`` if CPU-only.
     """
 
     name: ClassVar[str]
@@ -172,7 +109,8 @@ class BaseBackend(abc.ABC):
         out_dir: Path,
         stats: CapturedStats,
     ) -> DeviceAnalysis | None:
-        """No device analysis by default."""
+        """Off the training thread: the device analysis of a summarised window (metrics,
+        tags, files into ``out_dir``), or ``None`` (the default) when the backend has none."""
         return None
 
     def describe(self) -> dict[str, str]:
@@ -180,4 +118,5 @@ class BaseBackend(abc.ABC):
         return {"backend": self.name, "device": self.device_label or "CPU"}
 
     def restore(self, facts: dict[str, str]) -> None:  # noqa: B027 - nothing to restore
-        """Nothing of the training host is needed by default."""
+        """In the worker process: take back what :meth:`describe` said on the training host
+        (``facts``, without the tag prefix), for the window's summary; nothing by default."""
