@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -729,51 +729,49 @@ def _head_lines(c: Comparison, result: bool = True) -> list[str]:
     return lines
 
 
-def render_markdown(c: Comparison, result: bool = True) -> str:
-    """The comparison as Markdown: the result, the headline table, per-op ``self_*_us`` per
-    step, then how sure (every value the :data:`STATISTIC`)."""
+_Block = Callable[[list[str], list[list[str]]], list[str]]
+"""Draws one table (its header, its rows) as lines: Markdown or aligned plain text."""
+
+
+def _markdown_block(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _aligned_block(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(  # noqa: E731
+        cell.ljust(w) if i == 0 else cell.rjust(w)
+        for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+    )
+    return [fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]
+
+
+def _render(c: Comparison, block: _Block, gap: list[str], result: bool = True) -> str:
+    """The result, the headline table, per-op ``self_*_us`` per step, then how sure (every
+    value the :data:`STATISTIC`); ``block`` draws each table, ``gap`` goes between a table's
+    title and the table."""
     head, body, op_head, op_body = _tables(c)
-    lines = [*_head_lines(c, result), ""]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
+    lines = [*_head_lines(c, result), "", *block(head, body)]
     if op_body:
-        field_name = c.op_rows[0]["field"]
-        lines += ["", f"Per op ({field_name} per step; change vs baseline):", ""]
-        lines += ["| " + " | ".join(op_head) + " |", "|" + "---|" * len(op_head)]
-        lines += ["| " + " | ".join(row) + " |" for row in op_body]
-    stat_head, stat_body = _stat_table(c)
-    if stat_body:
-        lines += ["", _stat_title(c), ""]
-        lines += ["| " + " | ".join(stat_head) + " |", "|" + "---|" * len(stat_head)]
-        lines += ["| " + " | ".join(row) + " |" for row in stat_body]
-    lines += ["", f"Baseline: {c.baseline}. Headline time metric: {c.time_metric}."]
-    lines += [f"Note: {note}" for note in c.notes]
-    return "\n".join(lines) + "\n"
-
-
-def render_table(c: Comparison) -> str:
-    """The comparison as aligned plain-text tables for a terminal."""
-    head, body, op_head, op_body = _tables(c)
-
-    def block(header: list[str], rows: list[list[str]]) -> list[str]:
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        fmt = lambda r: "  ".join(  # noqa: E731
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
-        )
-        return [fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]
-
-    lines = [*_head_lines(c), "", *block(head, body)]
-    if op_body:
-        lines += ["", f"Per op ({c.op_rows[0]['field']} per step; change vs baseline):"]
+        lines += ["", f"Per op ({c.op_rows[0]['field']} per step; change vs baseline):", *gap]
         lines += block(op_head, op_body)
     stat_head, stat_body = _stat_table(c)
     if stat_body:
-        lines += ["", _stat_title(c)]
-        lines += block(stat_head, stat_body)
+        lines += ["", _stat_title(c), *gap, *block(stat_head, stat_body)]
     lines += ["", f"Baseline: {c.baseline}. Headline time metric: {c.time_metric}."]
     lines += [f"Note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
+
+
+def render_markdown(c: Comparison, result: bool = True) -> str:
+    """The comparison as Markdown (:func:`_render`)."""
+    return _render(c, _markdown_block, [""], result)
+
+
+def render_table(c: Comparison) -> str:
+    """The comparison as aligned plain-text tables for a terminal (:func:`_render`)."""
+    return _render(c, _aligned_block, [])
 
 
 def render_json(c: Comparison) -> str:
