@@ -397,16 +397,13 @@ def _compare(args: argparse.Namespace) -> int:
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
 
     from neuron_mlflow.errors import CompareError
-    from neuron_mlflow.sinks.profiles import load_profile
+    from neuron_mlflow.sinks.profiles import load_profiles
     from neuron_mlflow.summary.comparison import (
         EXIT_INSUFFICIENT,
         RunProfile,
         compare_profiles,
         group_profiles,
         regressions,
-        render_json,
-        render_markdown,
-        render_table,
         undecided,
     )
 
@@ -426,13 +423,7 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        unique = list(dict.fromkeys(r for _, ids in sides for r in ids))
-        loaded = {r: load_profile(client, r, args.prefix) for r in unique}
-        if args.prefix is None and len({p.prefix for p in loaded.values()}) > 1:
-            shared = set.intersection(*(set(p.prefixes) for p in loaded.values()))
-            if shared:
-                prefix = sorted(shared)[0]
-                loaded = {r: load_profile(client, r, prefix) for r in unique}
+        loaded = load_profiles(client, (r for _, ids in sides for r in ids), args.prefix)
     except CompareError as exc:
         print(f"neuron-mlflow compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -446,11 +437,10 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
     comparison = compare_profiles(
         profiles, baseline=profiles[0].run_id, top=args.top, margin_pct=args.fail_above
     )
-    render = {"table": render_table, "markdown": render_markdown, "json": render_json}
     if args.format != "json":  # JSON names them in "runs"
         for line in _compared(comparison.runs):
             print(line, file=sys.stderr)
-    print(render[args.format](comparison), end="")
+    print(comparison.render(args.format), end="")
     if args.html or args.log_to:
         from neuron_mlflow.sinks.comparison_files import publish_comparison
 

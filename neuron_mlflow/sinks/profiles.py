@@ -259,6 +259,24 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
     )
 
 
+def load_profiles(
+    client: Any, run_ids: Iterable[str], prefix: str | None = None
+) -> dict[str, RunProfile]:
+    """The profiles of ``run_ids`` (each once) by run: under ``prefix``, or, when the runs'
+    first prefixes differ, under the first prefix they all have (if any).
+
+    Raises:
+        CompareError: a run does not exist or has no profile metrics.
+    """
+    unique = list(dict.fromkeys(run_ids))
+    loaded = {r: load_profile(client, r, prefix) for r in unique}
+    if prefix is None and len({p.prefix for p in loaded.values()}) > 1:
+        shared = set.intersection(*(set(p.prefixes) for p in loaded.values()))
+        if shared:
+            loaded = {r: load_profile(client, r, sorted(shared)[0]) for r in unique}
+    return loaded
+
+
 def compare_runs(
     run_ids: Sequence[str],
     baseline: str | None = None,
@@ -268,7 +286,7 @@ def compare_runs(
 ) -> Comparison:
     """Compare MLflow runs by their profiles: what ``neuron-mlflow compare RUN...`` computes,
     as a :class:`~neuron_mlflow.summary.comparison.Comparison` (its ``outcome`` is the one
-    answer; ``render_table``/``render_markdown``/``render_json`` and
+    answer; its ``render`` and
     :func:`~neuron_mlflow.sinks.comparison_files.publish_comparison` show it).
 
     Args:
@@ -294,5 +312,6 @@ def compare_runs(
         from mlflow import MlflowClient
 
         client = MlflowClient()
-    profiles = [load_profile(client, run_id) for run_id in run_ids]
+    loaded = load_profiles(client, run_ids)
+    profiles = [loaded[run_id] for run_id in run_ids]
     return compare_profiles(profiles, baseline=baseline, top=top, margin_pct=margin_pct)
