@@ -21,9 +21,8 @@ from pathlib import Path
 from neuron_mlflow.engine.pipeline import finish_window
 from neuron_mlflow.engine.worker import queued_place, read_job
 from neuron_mlflow.sinks.claims import QUEUE, worker_running
-from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 from neuron_mlflow.sinks.pending import SyncReport, upload_pending
-from neuron_mlflow.sinks.spool import Spool, WindowRecord
+from neuron_mlflow.sinks.spool import Spool
 
 __all__ = ["place_queued", "sync_pending"]
 
@@ -64,10 +63,6 @@ def place_queued(local_dir: str | Path) -> SyncReport:
     return report
 
 
-def _finish(record: WindowRecord, sink: MlflowSink, run_id: str) -> None:
-    finish_window(record, sink, run_id)
-
-
 def sync_pending(
     local_dir: str,
     tracking_uri: str | None = None,
@@ -94,7 +89,7 @@ def sync_pending(
         ConnectionError: the tracking server is not reachable (nothing was uploaded).
     """
     placed = place_queued(local_dir)
-    report = upload_pending(local_dir, tracking_uri, include_incomplete, _finish)
+    report = upload_pending(local_dir, tracking_uri, include_incomplete, finish_window)
     report.busy.extend(placed.busy)
     report.failed.extend(placed.failed)
     return report
