@@ -84,8 +84,9 @@ class Step:
     ops: dict[str, list[float]] = field(default_factory=dict)
 
 
-def _trace(trace_dir: Path) -> Path | None:
-    """The lowest rank's first ``.json``/``.json.gz`` trace under ``trace_dir``."""
+def lowest_rank_trace(trace_dir: Path) -> Path | None:
+    """The window's trace for its steps and its report's timeline: the lowest rank's first
+    ``.json``/``.json.gz`` file under ``trace_dir`` (``None`` when there is none)."""
     if not trace_dir.is_dir():
         return None
 
@@ -265,7 +266,7 @@ def write_step_samples(artifacts_dir: Path, trace_dir: Path, top_k: int) -> dict
     Raises:
         TraceFormatError: the trace is truncated or malformed.
     """
-    trace = _trace(trace_dir)
+    trace = lowest_rank_trace(trace_dir)
     if trace is None:
         return {}
     summary = _summary(artifacts_dir)

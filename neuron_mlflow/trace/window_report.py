@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,11 @@ from neuron_mlflow.errors import TraceFormatError
 from neuron_mlflow.naming import REPORT_FILE, run_tag
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import BUDGET_BYTES, write_report
-from neuron_mlflow.trace.step_samples import mark_disturbed
+from neuron_mlflow.trace.step_samples import lowest_rank_trace, mark_disturbed
 from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline, number_steps
 
 logger = logging.getLogger("neuron_mlflow")
 
-_RANK = re.compile(r"rank_(\d+)")
 _TAGS = (
     ("backend", run_tag("backend")),
     ("device", run_tag("device")),
@@ -44,21 +42,6 @@ _TAGS = (
     ("world size", run_tag("world_size")),
     ("source", run_tag("source")),
 )
-
-
-def window_trace(artifacts_dir: Path) -> Path | None:
-    """The window's trace for the timeline: the lowest rank's first ``.json``/``.json.gz``
-    file under ``traces/`` (``None`` when there is none)."""
-
-    def order(path: Path) -> tuple[int, str]:
-        match = _RANK.search(str(path.relative_to(artifacts_dir)))
-        return (int(match.group(1)) if match else 1 << 30, str(path))
-
-    root = artifacts_dir / "traces"
-    if not root.is_dir():
-        return None
-    found = [p for p in root.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file()]
-    return min(found, key=order) if found else None
 
 
 def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
@@ -97,7 +80,8 @@ def write_window_report(
         summary: the window's summary.
         manifest: the window's manifest (for the header).
         run_id: the run the window goes to, when known (for the header).
-        trace: the trace to draw (default: :func:`window_trace`).
+        trace: the trace to draw (default: the lowest rank's under ``traces/``,
+            :func:`~neuron_mlflow.trace.step_samples.lowest_rank_trace`).
         budget_bytes: the report's size budget.
         max_events: bars the timeline keeps at most.
 
@@ -107,7 +91,7 @@ def write_window_report(
     A trace that cannot be read gives a report without a timeline (and an ``INFO`` log);
     other errors propagate (the caller decides: a window never fails for its report).
     """
-    trace = trace or window_trace(artifacts_dir)
+    trace = trace or lowest_rank_trace(artifacts_dir / "traces")
     timeline = None
     first = (manifest.get("window") or {}).get("first")
     if trace is not None:

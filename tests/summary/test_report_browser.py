@@ -21,8 +21,8 @@ import pytest
 from mlflow import MlflowClient
 
 from neuron_mlflow.summary.tables import format_us
+from neuron_mlflow.trace.step_samples import lowest_rank_trace
 from neuron_mlflow.trace.timeline import build_timeline
-from neuron_mlflow.trace.window_report import window_trace
 from tests.helpers import ROOT, parent_and_children, run_python
 from tests.summary.browser import Console, launch
 
@@ -106,7 +106,7 @@ def test_report_in_the_mlflow_ui(browser, recipe, tmp_path: Path) -> None:
     assert {"report.html", "summary.json", "traces"} <= files
     local = Path(client.download_artifacts(run_id, window, tempfile.mkdtemp()))
     summary = json.loads((local / "summary.json").read_text())["summary"]
-    lanes = [lane["name"] for lane in build_timeline(window_trace(local)).lanes]
+    lanes = [lane["name"] for lane in build_timeline(lowest_rank_trace(local / "traces")).lanes]
     page, frame, console = _open(browser, recipe, run_id, f"{window}/report.html", "nmReport")
 
     drawn = frame.evaluate("window.nmReport.drawn")  # every lane drawn, with bars
