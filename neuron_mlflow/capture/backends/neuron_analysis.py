@@ -51,7 +51,6 @@ class DeviceAnalysis:
         tags: run tags (the window's verdict).
         notes: why numbers are absent (also in the summary).
         errors: what failed (Explorer's exit, a malformed file).
-        summary_file: ``neuron_summary.json`` when written.
         device_busy_pct: the device's busy share used for the verdict (``P/device_busy_pct``).
     """
 
@@ -60,7 +59,6 @@ class DeviceAnalysis:
     tags: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    summary_file: Path | None = None
     device_busy_pct: float | None = None
 
 
@@ -112,7 +110,6 @@ def _explorer(
         analysis.notes.append("Device-level numbers are absent: neuron-explorer failed")
         target.unlink(missing_ok=True)
         return {}
-    analysis.summary_file = target
     analysis.metrics.update(neuron_explorer.explorer_metrics(prefix, data))
     return data
 

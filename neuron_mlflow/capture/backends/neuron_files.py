@@ -22,11 +22,6 @@ FRAMEWORK_TRACE_NAMES = ("trace.json", "neuron_framework_trace_rank_*.json")
 _RANK_TRACE = re.compile(r"^neuron_framework_trace_rank_(\d+)\.json$")
 
 
-def trace_key(trace: Path, root: Path) -> str:
-    """The trace's path inside ``root`` (the same after ``root`` moves into the spool)."""
-    return trace.relative_to(root).as_posix()
-
-
 def framework_traces(root: Path) -> list[Path]:
     """The framework traces under ``root``: in each folder ``trace.json``, else the
     ``neuron_framework_trace_rank_<N>.json`` files (both names are documented).

@@ -45,7 +45,6 @@ class ChipPeak:
         bf16_tflops: dense BF16 TFLOPS per chip.
         fp8_tflops: dense FP8 TFLOPS per chip (cFP8 on Trn1/Trn2, MXFP8 on Trn3).
         fp32_tflops: dense FP32 TFLOPS per chip.
-        hbm_bytes_per_s: HBM bandwidth per chip (bytes per second).
         physical_cores: NeuronCores per chip.
         default_lnc: physical cores per logical core by default.
     """
@@ -54,7 +53,6 @@ class ChipPeak:
     bf16_tflops: float
     fp8_tflops: float
     fp32_tflops: float
-    hbm_bytes_per_s: float
     physical_cores: int
     default_lnc: int
 
@@ -69,13 +67,13 @@ class ChipPeak:
 
 
 PEAKS: dict[str, ChipPeak] = {
-    # Trn1: 2 NC-v2 per chip, no LNC; BF16 190 (cFP8 190, FP32 47.5); 820 GiB/s HBM
-    "trn1": ChipPeak("trn1", 190.0, 190.0, 47.5, 820 * 2**30, 2, 1),
-    # Trn2: 8 NC-v3 per chip, LNC 1 or 2 (default 2); 667 / 1,299 / 181; 2.9 TB/s
-    "trn2": ChipPeak("trn2", 667.0, 1299.0, 181.0, 2.9e12, 8, 2),
+    # Trn1: 2 NC-v2 per chip, no LNC; BF16 190 (cFP8 190, FP32 47.5)
+    "trn1": ChipPeak("trn1", 190.0, 190.0, 47.5, 2, 1),
+    # Trn2: 8 NC-v3 per chip, LNC 1 or 2 (default 2); 667 / 1,299 / 181
+    "trn2": ChipPeak("trn2", 667.0, 1299.0, 181.0, 8, 2),
     # Trn3: 8 NC-v4 per chip, LNC 1 or 2 (default not documented: 2 assumed); 671 / 2,517
-    # MXFP8 / 183; 4.9 TB/s
-    "trn3": ChipPeak("trn3", 671.0, 2517.0, 183.0, 4.9e12, 8, 2),
+    # MXFP8 / 183
+    "trn3": ChipPeak("trn3", 671.0, 2517.0, 183.0, 8, 2),
 }
 """Documented peaks per chip, by instance family."""
 
