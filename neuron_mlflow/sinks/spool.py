@@ -129,8 +129,7 @@ class WindowRecord:
 
     def reload(self) -> None:
         """Read the record again from disk (another process may have changed it)."""
-        manifest = self.path / MANIFEST
-        self.window = decode_window(manifest.read_bytes(), str(manifest))
+        self.window = self.load(self.path).window
 
     @property
     def manifest(self) -> dict[str, Any]:
