@@ -612,7 +612,9 @@ def start_for_stage(
     windows: Any, *, rank: int, world_size: int, run_id: str | None, tracking_uri: str | None
 ) -> OnDemand | None:
     """The watcher of a front end's stage (:class:`~neuron_mlflow.engine.stages.StageWindows`:
-    the Lightning callback's first stage), started; ``None`` when nothing is asked for."""
+    the first profiled stage of an :class:`~neuron_mlflow.engine.attach.Attachment`, which
+    the Lightning and Hugging Face callbacks and ``autolog`` share), started; ``None`` when
+    nothing is asked for."""
     config = windows.config
     if not wanted(config):
         return None

@@ -1,10 +1,10 @@
 """Window bookkeeping for a front end that drives a session step by step, stage by stage.
 
-A front end (the Lightning callback) says when a step begins and ends; :class:`StageWindows`
-keeps the rest for one stage: which step is open, which windows are done (saved in checkpoints),
-the first step that can touch a window (hooks before it return at once) and the plan check.
-When a window ends nothing waits and no rank meets another: each rank's worker logs its own
-times. Nothing here imports a training framework.
+A front end (the Lightning or Hugging Face callback, ``autolog``) says when a step begins and
+ends; :class:`StageWindows` keeps the rest for one stage: which step is open, which windows are
+done (saved in checkpoints), the first step that can touch a window (hooks before it return at
+once) and the plan check. When a window ends nothing waits and no rank meets another: each
+rank's worker logs its own times. Nothing here imports a training framework.
 
 Example:
     >>> import tempfile
