@@ -519,9 +519,11 @@ class ProfilingSession:
             self.guarded(system.stop)
 
     @property
-    def requests_waiting(self) -> bool:
-        """True while a window asked for outside the schedule waits for its first step."""
-        return bool(self._requested)
+    def next_window_step(self) -> int | None:
+        """The first step that can touch a window: the next step while one is open, else
+        the next window's start (scheduled and not skipped, or requested); ``None`` when
+        none is left (or the session is closed or off)."""
+        return self.step_num if self._capture is not None else self._next_start
 
     @property
     def window_open(self) -> bool:

@@ -99,7 +99,8 @@ class StageWindows:
         self.config = config
         self.prefix = prefix
         self.done: set[int] = set()
-        """Indices of windows logged (or given up) by this stage; saved in checkpoints."""
+        """Indices of scheduled windows ended (logged, or given up) in this stage, on every
+        rank; saved in checkpoints, and the sessions' ``skip_windows`` (the same set)."""
         self.session: ProfilingSession | None = None
         self._last_session: ProfilingSession | None = None
         self._closed: list[ProfilingSession] = []  # closed sessions not waited for yet
@@ -111,8 +112,7 @@ class StageWindows:
         self.plan_checked = False
         self._open_session = open_session
         self.quiet_until = self._first_start(0)
-        self.requests_pending = False
-        """A window asked for outside the schedule is waiting or open (steps check it)."""
+        """Steps before this one cannot touch a window: they return at once (a comparison)."""
         self.watch: OnDemand | None = None
         """Capture requests and the slow-step trigger of this stage (set by the front end)."""
 
@@ -134,12 +134,17 @@ class StageWindows:
         if start is None:
             start = self.next_step if self.open_step is None else self.open_step + 1
         window = self.session.request_window(steps, warmup, start, reason)
-        self.requests_pending = True
+        self.quiet_until = min(self.quiet_until, window.start)
         return window
 
     def _first_start(self, step: int) -> float:
+        """The first step from ``step`` that can touch a window: the schedule's next start
+        (a done window's too: its end marks it done on every rank), or the session's next
+        window (requested or open, :attr:`ProfilingSession.next_window_step`) if sooner."""
         first = next_window_start(self.config.schedule, step)
-        return math.inf if first is None else first
+        session = self.session
+        own = None if session is None else session.next_window_step
+        return min((s for s in (first, own) if s is not None), default=math.inf)
 
     def restart(self, step: int = 0, quiet: bool = True) -> None:
         """A new run of the stage starts at ``step`` (``quiet``: recompute the quiet steps)."""
@@ -152,7 +157,7 @@ class StageWindows:
         """Step ``step`` begins, if it cannot touch a window: then it is only noted (a
         comparison) and True is returned; else nothing happens (call :meth:`begin`). Never
         raises: a front end calls it outside its guard."""
-        if step < self.quiet_until and not self.requests_pending:
+        if step < self.quiet_until:
             watch = self.watch
             if watch is None or not watch.hot:
                 self.open_step = step
@@ -163,7 +168,7 @@ class StageWindows:
         """The open step ends, if it could not touch a window: True (nothing else happens);
         else nothing happens (call :meth:`end`). Never raises."""
         step = self.open_step
-        if step is not None and step < self.quiet_until and not self.requests_pending:
+        if step is not None and step < self.quiet_until:
             self.open_step = None
             return True
         return False
@@ -177,8 +182,8 @@ class StageWindows:
         self.open_step = step
         watch = self.watch
         if watch is not None and watch.hot:  # a capture request or the slow-step trigger
-            watch.tick(step)
-        if step < self.quiet_until and not self.requests_pending:
+            watch.tick(step)  # (a request it takes lowers quiet_until)
+        if step < self.quiet_until:
             return
         if self.session is None:
             self.session = self._open_session()
@@ -192,19 +197,17 @@ class StageWindows:
         if step is None:
             return
         self.open_step = None
-        if step < self.quiet_until and not self.requests_pending:
+        if step < self.quiet_until:
             return
         self.metric_step = metric_step
         if self.session is not None:
             self.session.end_step()
-            if self.requests_pending and not self.session.window_open:
-                self.requests_pending = self.session.requests_waiting
         schedule = self.config.schedule
         window = window_at(schedule, step)
         if window is None or step == window.last:
             self.quiet_until = self._first_start(step + 1)
         if window is not None and action_at(schedule, step) == Action.RECORD_AND_SAVE:
-            self.window_ended(window.index)
+            self.done.add(window.index)  # nothing waits for its summary, no rank meets another
 
     def finish(self, last_step: int | None) -> None:
         """The stage ends after ``last_step``: a window cut short is logged (partial)."""
@@ -216,13 +219,7 @@ class StageWindows:
             return
         if self.session is not None:
             self.session.flush()
-        self.window_ended(window.index)
-
-    def window_ended(self, index: int) -> None:
-        """Mark window ``index`` done. Nothing else happens on the training thread: no wait
-        for its summary, no collective across ranks (each rank's worker logs its own times,
-        and rank 0's worker the skew across ranks)."""
-        self.done.add(index)
+        self.done.add(window.index)
 
     @property
     def summary(self) -> OpSummary | None:
