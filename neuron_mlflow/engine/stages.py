@@ -79,13 +79,13 @@ def check_ranks(ranks: Iterable[int] | None) -> frozenset[int] | None:
 
 
 class StageWindows:
-    """The window life cycle of one stage: open step, done windows, quiet steps, rank times.
+    """The window life cycle of one stage: open step, done windows, quiet steps.
 
     Args:
         config: the stage's configuration (its schedule decides the windows).
         prefix: the stage's metric prefix (``profile/train``).
         open_session: makes the stage's session on the first step that touches a window;
-            returns ``None`` on a rank that does not capture (it still gathers).
+            returns ``None`` on a rank that does not capture (it still marks windows done).
 
     See the module docstring for an example.
     """

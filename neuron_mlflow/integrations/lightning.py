@@ -1,7 +1,7 @@
 """The Lightning front end: :class:`NeuronProfilerCallback`.
 
 A thin callback over the engine: it says when a step begins and ends in each stage, which run
-to use, and which ranks capture. Window bookkeeping and per-rank gathering are the engine's
+to use, and which ranks capture. Window bookkeeping is the engine's
 (:class:`~neuron_mlflow.engine.stages.StageWindows`). The hooks are plain methods: each stage's
 four hooks call one of four step functions with its row of the stage table
 (:mod:`neuron_mlflow.integrations.stage_table`); the train row's two step hooks, which every
