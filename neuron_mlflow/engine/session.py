@@ -34,7 +34,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -142,19 +142,20 @@ class Results:
         failure of the worker is reported once (a warning), or raised when ``strict``.
         """
         try:
-            deadline = time.monotonic() + timeout_s
-            next_check = time.monotonic() + RESPAWN_CHECK_S
-            for handed in self.handed:
-                while not self._read(handed, summaries_only):
-                    now = time.monotonic()
-                    if now >= deadline:
-                        return False
-                    if now >= next_check and self.client is not None:
-                        self.client.ensure_running()  # a worker that died is started again
-                        next_check = now + RESPAWN_CHECK_S
-                    time.sleep(min(0.005, max(0.0, deadline - now)))
-                self._report(handed, strict)
-            return True
+            with self.client.hurried() if self.client is not None else nullcontext():
+                deadline = time.monotonic() + timeout_s
+                next_check = time.monotonic() + RESPAWN_CHECK_S
+                for handed in self.handed:
+                    while not self._read(handed, summaries_only):
+                        now = time.monotonic()
+                        if now >= deadline:
+                            return False
+                        if now >= next_check and self.client is not None:
+                            self.client.ensure_running()  # a worker that died is started again
+                            next_check = now + RESPAWN_CHECK_S
+                        time.sleep(min(0.005, max(0.0, deadline - now)))
+                    self._report(handed, strict)
+                return True
         finally:
             if self.closed and self.client is not None:  # (ensure_running registered it)
                 self.client.close()

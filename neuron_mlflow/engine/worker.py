@@ -43,6 +43,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,14 +70,13 @@ WORKER_LOG = "worker.log"
 IDLE_S = float(os.environ.get("NEURON_MLFLOW_WORKER_IDLE_S", "60"))
 """How long a worker with living clients waits for work before it exits (a later window
 starts a new one)."""
-STARTING_S = 2.0
-"""A worker this process started less than this ago is still starting (it takes the lock
-first thing): no second one is started meanwhile."""
-_STARTED: dict[Path, tuple[subprocess.Popen[bytes], float]] = {}
-"""The worker this process started last, per spool, and when: every client in the process
-(the callback's, each stage's session) sees it, so one start is not followed by a second
-while the first interpreter is still starting (measured: two interpreters and imports
-beside a 2-vCPU host's training thread, inside its first window)."""
+_STARTED: dict[Path, subprocess.Popen[bytes]] = {}
+"""The worker this process started last, per spool: every client in the process (the
+callback's, each stage's session) sees it, and no second one starts while it lives (it takes
+the lock first thing; measured: two interpreters and imports beside a 2-vCPU host's training
+thread, inside its first window). However long its start takes: an idle-class interpreter on
+a host that other processes keep busy took minutes, and a time limit here started a new one
+every second a client waited (12 in 40 s)."""
 MAX_ATTEMPTS = 3
 """A job whose worker died this often (a trace that kills it) is given up: the window is
 marked failed, with the reason, for ``sync``."""
@@ -162,13 +162,9 @@ class WorkerClient:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
         release(fd)
         started = _STARTED.get(self.root)
-        if (
-            started is not None
-            and started[0].poll() is None
-            and time.monotonic() - started[1] < STARTING_S
-        ):
-            return False  # this process's is starting: it takes the lock within moments
-        _STARTED[self.root] = (start_worker(self.root), time.monotonic())
+        if started is not None and started.poll() is None:
+            return False  # this process's is starting (or leaving: it found another's lock)
+        _STARTED[self.root] = start_worker(self.root)
         return True
 
     def capturing(self) -> Claim | None:
@@ -178,6 +174,24 @@ class WorkerClient:
         folder = self.root / CAPTURING
         folder.mkdir(parents=True, exist_ok=True)
         return claim_file(folder / f"{os.getpid()}_{id(self)}.lock")
+
+    @contextlib.contextmanager
+    def hurried(self) -> Iterator[None]:
+        """While the caller waits for the worker (``wait()``), the worker this process
+        started runs in the normal scheduling class, not the idle one: the waiting thread
+        leaves its CPU free then, and on a host that other processes keep busy an idle-class
+        worker gets almost none of it (measured: the main job with a busy process in its
+        session and one in another took 614 s instead of 9). Needs ``CAP_SYS_NICE`` (root)
+        or an ``RLIMIT_NICE`` of 20; elsewhere the worker stays idle-class."""
+        started = _STARTED.get(self.root)
+        pid = started.pid if started is not None and started.poll() is None else None
+        if pid is None or not _set_policy(pid, idle=False):
+            yield
+            return
+        try:
+            yield
+        finally:
+            _set_policy(pid, idle=True)
 
     def queued(self) -> list[Path]:
         """The job files still queued."""
@@ -224,11 +238,27 @@ def run_idle(pid: int) -> None:
     beside the training thread on another core: that is what the worker is for. What took
     whole scheduler ticks from a 2-vCPU host's first window was a second worker start, see
     :data:`_STARTED`, not the class.)"""
-    try:
-        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
+    if not _set_policy(pid, idle=True):
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, pid, 19)
+
+
+def _set_policy(pid: int, idle: bool) -> bool:
+    """Every thread of process ``pid`` in the idle (``idle``) or the normal scheduling
+    class; False where that is refused (leaving the idle class needs ``CAP_SYS_NICE`` or an
+    ``RLIMIT_NICE`` of 20) or not Linux."""
+    policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
+    try:
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        threads = [pid]
+    try:
+        for thread in threads:
+            with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
+                os.sched_setscheduler(thread, policy, os.sched_param(0))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 @dataclass
@@ -480,7 +510,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m neuron_mlflow.engine.worker <local_dir>", file=sys.stderr)
         return 2
-    run_idle(os.getpid())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # its terminal closing does not stop it
     # MLflow's import reads platform.platform(), which forks `uname -p`: fork now, while
     # this process is small, not a half-imported MLflow (measured: 40 ms of CPU, a third

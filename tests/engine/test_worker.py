@@ -4,6 +4,7 @@ process is killed; one worker per spool; what it cannot take stays for ``sync``.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -109,7 +110,7 @@ def test_clients_of_one_process_start_one_worker_while_it_starts(tmp_path) -> No
     try:
         assert first.ensure_running() is True
         assert second.ensure_running() is False
-        process, _ = worker._STARTED[tmp_path]
+        process = worker._STARTED[tmp_path]
     finally:
         first.close()
         second.close()
@@ -215,3 +216,28 @@ def test_a_window_that_cannot_be_placed_is_reported_and_nothing_is_deleted(
     assert place_queued(spool).failed == []  # the place can be made now
     (record,) = list(Spool(spool).windows())
     assert (record.path / MANIFEST).is_file() and not staging.exists()
+
+
+def _policies(pid: int) -> set[int]:
+    """The scheduling classes of every thread of process ``pid``."""
+    return {os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="scheduling classes: Linux")
+def test_the_worker_runs_in_the_normal_class_only_while_a_client_waits(tmp_path) -> None:
+    # the worker is idle-class (the training thread comes first); while the training process
+    # waits for it, it leaves that class where the process may (root or RLIMIT_NICE 20), so
+    # other processes keeping the host busy do not stall wait() (they did: 614 s for 9)
+    client = WorkerClient(tmp_path)
+    try:
+        client.ensure_running()
+        process = worker._STARTED[tmp_path]
+        _wait(lambda: worker_running(tmp_path))  # it runs: the lock taken, its threads made
+        assert _policies(process.pid) == {os.SCHED_IDLE}
+        may = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
+        with client.hurried():
+            assert _policies(process.pid) == ({os.SCHED_OTHER} if may else {os.SCHED_IDLE})
+        assert _policies(process.pid) == {os.SCHED_IDLE}
+    finally:
+        client.close()
+    assert process.wait(timeout=60) == 0
