@@ -77,6 +77,8 @@ the lock first thing; measured: two interpreters and imports beside a 2-vCPU hos
 thread, inside its first window). However long its start takes: an idle-class interpreter on
 a host that other processes keep busy took minutes, and a time limit here started a new one
 every second a client waited (12 in 40 s)."""
+
+
 MAX_ATTEMPTS = 3
 """A job whose worker died this often (a trace that kills it) is given up: the window is
 marked failed, with the reason, for ``sync``."""
@@ -161,8 +163,7 @@ class WorkerClient:
         if fd is None:
             return False  # a worker runs (it sees the job: it re-reads the queue before exit)
         release(fd)
-        started = _STARTED.get(self.root)
-        if started is not None and started.poll() is None:
+        if _own_worker(self.root) is not None:
             return False  # this process's is starting (or leaving: it found another's lock)
         _STARTED[self.root] = start_worker(self.root)
         return True
@@ -183,15 +184,14 @@ class WorkerClient:
         worker gets almost none of it (measured: the main job with a busy process in its
         session and one in another took 614 s instead of 9). Needs ``CAP_SYS_NICE`` (root)
         or an ``RLIMIT_NICE`` of 20; elsewhere the worker stays idle-class."""
-        started = _STARTED.get(self.root)
-        pid = started.pid if started is not None and started.poll() is None else None
-        if pid is None or not _set_policy(pid, idle=False):
+        worker = _own_worker(self.root)
+        if worker is None or not _set_policy(worker.pid, idle=False):
             yield
             return
         try:
             yield
         finally:
-            _set_policy(pid, idle=True)
+            _set_policy(worker.pid, idle=True)
 
     def queued(self) -> list[Path]:
         """The job files still queued."""
@@ -201,6 +201,12 @@ class WorkerClient:
         """Unregister (the worker then finishes the queue and exits)."""
         held, self._client_fd = self._client_fd, None
         release(held)
+
+
+def _own_worker(root: Path) -> subprocess.Popen[bytes] | None:
+    """The worker this process started for the spool ``root``, while it lives."""
+    started = _STARTED.get(root)
+    return started if started is not None and started.poll() is None else None
 
 
 def start_worker(root: Path) -> subprocess.Popen[bytes]:
