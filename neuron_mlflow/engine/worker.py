@@ -52,7 +52,7 @@ import msgspec
 
 from neuron_mlflow.engine.rank_skew import SkewFollowUp, rank_skew
 from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, Claim, claim_file, is_held, release
-from neuron_mlflow.sinks.spool import Spool, write_whole
+from neuron_mlflow.sinks.spool import Spool
 from neuron_mlflow.sinks.window_record import Window, decode_window, encode_window
 
 if TYPE_CHECKING:
@@ -149,10 +149,10 @@ class WorkerClient:
         tmp = queue / f".{name}.tmp"
         data = encode_window(window)
         try:
-            write_whole(tmp, data)
+            tmp.write_bytes(data)
         except FileNotFoundError:  # no queue folder yet (or removed since)
             queue.mkdir(parents=True, exist_ok=True)
-            write_whole(tmp, data)
+            tmp.write_bytes(data)
         os.replace(tmp, queue / name)
         return queue / name
 

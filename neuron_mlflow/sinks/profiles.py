@@ -164,13 +164,22 @@ def _history_samples(
         except Exception:
             values = [metrics[key]]
         samples[metric] = [[v] for v in values]
+    for key, fields in _logged_ops(prefix, metrics).items():
+        for field_name, value in fields.items():
+            samples[op_series(key, field_name)] = [[value]]
+    return samples
+
+
+def _logged_ops(prefix: str, metrics: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The run's ``P/op/<key>/<field>`` metrics as op key -> field -> value."""
+    ops: dict[str, dict[str, float]] = {}
     start = f"{prefix}/op/"
     for name, value in metrics.items():
         if name.startswith(start):
             key, field_name = name[len(start) :].rsplit("/", 1)
             if field_name in OP_FIELDS:
-                samples[op_series(key, field_name)] = [[value]]
-    return samples
+                ops.setdefault(key, {})[field_name] = value
+    return ops
 
 
 def _read_run(
@@ -198,12 +207,7 @@ def _read_run(
             key = keys.get(op["name"]) or stable[op["name"]]
             ops[key] = {k: op[k] for k in OP_FIELDS if op.get(k) is not None}
     else:
-        start = f"{prefix}/op/"
-        for name, value in metrics.items():
-            if name.startswith(start):
-                key, field_name = name[len(start) :].rsplit("/", 1)
-                if field_name in OP_FIELDS:
-                    ops.setdefault(key, {})[field_name] = value
+        ops = _logged_ops(prefix, metrics)
     if not samples and not steps:
         samples = _history_samples(client, run_id, prefix, metrics)
     return samples, ops, (disturbed, steps)

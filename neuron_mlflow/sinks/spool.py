@@ -71,25 +71,6 @@ _made_counter = itertools.count(1)
 _NULLABLE = {"run_id", "error"}
 
 
-def write_whole(path: Path, data: bytes) -> None:
-    """Make ``data`` the whole content of ``path``: overwritten in place and cut to length
-    (created when missing). Not atomic by itself: write a temporary name, then rename it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:  # plain descriptors: no buffered file object for one write
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.ftruncate(fd, len(data))
-    finally:
-        os.close(fd)
-
-
-def _manifest_tmp(folder: Path) -> Path:
-    """The temporary file a manifest is written to before it is renamed into place (one per
-    process: two writers never share one)."""
-    return folder / f".{MANIFEST}.{os.getpid()}.tmp"
-
-
 @dataclass
 class WindowRecord:
     """One spooled window: its folder and its record (:class:`Window`, the manifest).
@@ -155,8 +136,8 @@ class WindowRecord:
 
     def save(self) -> None:
         """Write the record (atomically: a temporary file renamed over the manifest)."""
-        tmp = _manifest_tmp(self.path)
-        write_whole(tmp, encode_window(self.window))
+        tmp = self.path / f".{MANIFEST}.{os.getpid()}.tmp"  # one per process
+        tmp.write_bytes(encode_window(self.window))
         os.replace(tmp, self.path / MANIFEST)
 
     def update(self, **fields: Any) -> None:

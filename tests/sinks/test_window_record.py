@@ -132,14 +132,3 @@ def test_placing_a_window_where_one_is_takes_over_its_artifacts(tmp_path) -> Non
     assert placed.path == old.path and not staged.exists()
     assert [p.name for p in placed.artifacts_dir.rglob("*.*")] == ["new.json"]
     assert WindowRecord.load(placed.path).window.steps == 7
-
-
-def test_write_whole_leaves_exactly_the_new_content(tmp_path) -> None:
-    from neuron_mlflow.sinks.spool import write_whole
-
-    path = tmp_path / "f.tmp"
-    path.write_bytes(b" " * 64)
-    write_whole(path, b"abc")
-    assert path.read_bytes() == b"abc", "cut to length"
-    write_whole(tmp_path / "new.tmp", b"xyz")
-    assert (tmp_path / "new.tmp").read_bytes() == b"xyz", "made when missing"
