@@ -209,10 +209,13 @@ class StageWindows:
         if window is not None and action_at(schedule, step) == Action.RECORD_AND_SAVE:
             self.done.add(window.index)  # nothing waits for its summary, no rank meets another
 
-    def finish(self, last_step: int | None) -> None:
-        """The stage ends after ``last_step``: a window cut short is logged (partial)."""
+    def finish(self, last_step: int | None = None) -> None:
+        """The stage ends after ``last_step`` (default: the open step, else the one before
+        :attr:`next_step`): a window cut short is logged (partial)."""
+        if last_step is None:
+            last_step = self.open_step if self.open_step is not None else self.next_step - 1
         self.open_step = None
-        if last_step is None or last_step < 0:
+        if last_step < 0:
             return
         window = window_at(self.config.schedule, last_step)
         if window is None or last_step < window.first or window.index in self.done:

@@ -261,9 +261,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
     def _stage_end(self, trainer: Trainer, spec: StageHooks) -> None:
         if trainer.sanity_checking or spec.stage not in self.stages:
             return
-        windows = self._windows[spec.stage]
-        last = windows.open_step if windows.open_step is not None else windows.next_step - 1
-        windows.finish(last)
+        self._windows[spec.stage].finish()
 
 
 _TRAIN, _VALIDATE, _TEST, _PREDICT = (hooks_of(stage) for stage in STAGES)

@@ -183,8 +183,8 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
     ) -> None:  # fmt: skip
         windows = self._train
         if windows is not None:
-            last = windows.open_step if windows.open_step is not None else state.global_step - 1
-            self._guard(windows.finish, last)  # a window cut short: partial
+            windows.next_step = state.global_step  # (the step hooks count by global_step)
+            self._guard(windows.finish)  # a window cut short: partial
         if self._evaluating:  # an evaluation that raised inside train(): its window is kept
             self._evaluating = False
             self.attachment.abort(_Unended("an evaluation did not end"))
@@ -244,9 +244,8 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
             return
         self._evaluating = False
         windows = self.attachment.windows["evaluate"]
-        # the step begun at the last batch's end has no batch: it is not a step
-        last = windows.open_step - 1 if windows.open_step is not None else windows.next_step - 1
-        self._guard(windows.finish, last)  # a window cut short: partial
+        # the step begun at the last batch's end (next_step, open) has no batch: not a step
+        self._guard(windows.finish, windows.next_step - 1)  # a window cut short: partial
         session = windows.session
         if session is not None and session.window_open:  # opened for that step: nothing in it
             self._guard(session.flush)
