@@ -18,7 +18,7 @@ from neuron_mlflow.capture.backends.base import BaseBackend
 from neuron_mlflow.capture.backends.cpu import CpuBackend
 from neuron_mlflow.capture.backends.cuda import CudaBackend
 from neuron_mlflow.capture.backends.neuron import NeuronBackend
-from neuron_mlflow.errors import BackendUnavailableError
+from neuron_mlflow.errors import BackendUnavailableError, ConfigError
 
 if TYPE_CHECKING:
     from neuron_mlflow.config import ProfilerConfig
@@ -54,13 +54,11 @@ def resolve_backend(name: str, config: ProfilerConfig | None = None) -> BaseBack
         ...
         neuron_mlflow.errors.ConfigError: unknown backend 'tpu'; allowed: auto, neuron, cuda, cpu
     """
-    from neuron_mlflow.errors import ConfigError
-
     if name == "auto":
         for candidate in AUTO_ORDER:
-            cls = BACKENDS.get(candidate)
-            if cls is not None and cls.unavailable_reason() is None:
-                return cls(config)
+            backend = BACKENDS[candidate]
+            if backend.unavailable_reason() is None:
+                return backend(config)
         return CpuBackend(config)
     cls = BACKENDS.get(name)
     if cls is None:

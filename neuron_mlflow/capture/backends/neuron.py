@@ -118,8 +118,6 @@ class NeuronBackend(BaseBackend):
         self._exporter: Any = None
         self.unsupported_options: set[str] = set()
         if os.environ.get("NEURON_RT_INSPECT_ENABLE") == "1":
-            import warnings
-
             warnings.warn(
                 "NEURON_RT_INSPECT_ENABLE=1 is set: the runtime's own capture conflicts with "
                 "torch.profiler capture; unset it while profiling with neuron-mlflow",
@@ -247,12 +245,12 @@ class NeuronBackend(BaseBackend):
 
         torch.neuron.synchronize()  # type: ignore[attr-defined]
 
-    def read_window(self, trace_dir: Path, prof: Any = None) -> NeuronWindow:
+    def read_window(self, trace_dir: Path) -> NeuronWindow:
         """Summarise the window whose output is in ``trace_dir`` (call off the training thread).
 
         The framework trace is summarised by the trace engine (the same rules as every
         backend); device time comes from its device events, else from the profiler's events
-        (``prof``, default: the one :meth:`export_trace` kept for ``trace_dir``).
+        that :meth:`export_trace` kept for ``trace_dir``.
         """
         from neuron_mlflow.trace.summarize import summarize_trace
 
@@ -267,14 +265,12 @@ class NeuronBackend(BaseBackend):
         if result.device_events > 0 and result.summary.device_time_us is not None:
             window.source = "trace"
             window.device_busy_pct = result.device_busy_pct
-            window.kernels = dict(result.kernels)
             return window
-        times = read_device_times(prof.events()) if prof is not None else _kept_times(trace_dir)
+        times = _kept_times(trace_dir)
         if times is not None and times.device_us > 0:
             window.summary = with_device_times(result.summary, times)
             window.source = "key_averages"
             window.device_busy_pct = times.busy_pct
-            window.kernels = dict(times.per_kernel_us)
             return window
         note = (
             "NEURON device time was not captured in this window (neither the framework trace "
@@ -322,7 +318,7 @@ class NeuronBackend(BaseBackend):
         return analysis
 
     def describe(self) -> dict[str, str]:
-        facts = {"backend": self.name, "device": self.device_label or "NEURON"}
+        facts = super().describe()
         for package, key in (
             ("torch-neuronx", "torch_neuronx_version"),
             ("neuronx-cc", "neuronx_cc_version"),

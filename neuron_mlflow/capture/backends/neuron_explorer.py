@@ -87,27 +87,22 @@ def summary_command(executable: str, profile_dir: Path, output_file: Path) -> li
     ]
 
 
-def run_summary(
-    profile_dir: Path, output_file: Path, executable: str | None = None, timeout_s: float = 900
-) -> dict[str, Any]:
-    """Run the export and return the summary (also written to ``output_file``).
+def run_summary(profile_dir: Path, output_file: Path, executable: str) -> dict[str, Any]:
+    """Run the export with ``executable`` and return the summary (also written to
+    ``output_file``).
 
     Explorer prints ``summary-json`` on stdout; when it writes no ``output_file``, stdout is
     saved there.
 
     Raises:
-        FileNotFoundError: ``neuron-explorer`` is not on ``PATH``.
         RuntimeError: it failed, or its output is not JSON (the message has its stderr).
     """
-    exe = executable or explorer_path()
-    if exe is None:
-        raise FileNotFoundError(f"{EXPLORER} is not on PATH (install aws-neuronx-tools)")
     output_file.parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        summary_command(exe, profile_dir, output_file),
+        summary_command(executable, profile_dir, output_file),
         capture_output=True,
         text=True,
-        timeout=timeout_s,
+        timeout=900,
         check=False,
     )
     if done.returncode != 0:
@@ -189,14 +184,11 @@ def headline(data: dict[str, Any]) -> dict[str, float]:
             return None
         return float(value) if math.isfinite(value) else None
 
-    for field, name in _SECONDS.items():
-        values = [v for p in profiles if (v := number(p, field)) is not None]
-        if values:
-            out[name] = sum(values) * 1e6
-    for field, name in _SUMMED.items():
-        values = [v for p in profiles if (v := number(p, field)) is not None]
-        if values:
-            out[name] = sum(values)
+    for fields, factor in ((_SECONDS, 1e6), (_SUMMED, 1.0)):  # seconds -> us
+        for field, name in fields.items():
+            values = [v for p in profiles if (v := number(p, field)) is not None]
+            if values:
+                out[name] = sum(values) * factor
     hbm = [
         (number(p, "hbm_read_bytes") or 0.0) + (number(p, "hbm_write_bytes") or 0.0)
         for p in profiles

@@ -55,12 +55,10 @@ class NeuronWindow:
             the trace or from the profiler's events; ``None`` without a framework trace.
         source: where device time came from: ``trace``, ``key_averages`` or ``none``.
         device_busy_pct: the device's busy share of its span, when known.
-        kernels: device time per device event name (window total, us).
         notes: why numbers are absent, for the summary.
     """
 
     summary: OpSummary | None
     source: str = "none"
     device_busy_pct: float | None = None
-    kernels: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -168,11 +168,6 @@ class NeuronMonitorSampler:
         self._pending: list[Sample] = []
         self._lock = threading.Lock()
 
-    @property
-    def running(self) -> bool:
-        """True while the process and the thread run."""
-        return self._thread is not None and self._thread.is_alive()
-
     def start(self) -> bool:
         """Start ``neuron-monitor`` and the reading thread; ``False`` when it cannot run."""
         if self._thread is not None or not self.executable:

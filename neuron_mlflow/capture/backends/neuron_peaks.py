@@ -29,12 +29,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SOURCE = (
-    "AWS Neuron docs, about-neuron/arch/neuron-hardware/ (trainium*, trn*-arch, "
-    "neuron-core-v2..v4), SDK 2.32.0, 2026-08-21"
-)
-"""Where the numbers of :data:`PEAKS` come from."""
-
 
 @dataclass(frozen=True)
 class ChipPeak:
