@@ -30,17 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from neuron_mlflow.naming import STEP_MARKER_PREFIX
 from neuron_mlflow.trace.events import add_marker, op_id, other_event, runtime_call
 from neuron_mlflow.trace.links import Busy, Links, Spill
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.replay import MARKERS, Thread
-from neuron_mlflow.trace.totals import (
-    DEVICE_CATEGORIES,
-    OP_CATEGORIES,
-    RUNTIME_CATEGORIES,
-    STEP_MARKER,
-    Totals,
-)
+from neuron_mlflow.trace.totals import DEVICE_CATEGORIES, OP_CATEGORIES, RUNTIME_CATEGORIES, Totals
 
 
 def buffered_pass(stream: TraceStream) -> Totals:
@@ -64,7 +59,7 @@ def buffered_pass(stream: TraceStream) -> Totals:
                 continue
             cat = event.cat
             if cat in OP_CATEGORIES:
-                if event.name.startswith(STEP_MARKER):
+                if event.name.startswith(STEP_MARKER_PREFIX):
                     totals.step_marker(cat, event.ts, event.dur)
                     continue
                 thread = thread_of(event)

@@ -37,13 +37,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from neuron_mlflow.errors import OutOfOrder
-from neuron_mlflow.naming import CALL_MARKER_PREFIX
+from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
 from neuron_mlflow.trace.links import IN_MARKER, Links, Spill
-from neuron_mlflow.trace.totals import STEP_MARKER, Totals
+from neuron_mlflow.trace.totals import Totals
 
 BLOCK_OPS = 1 << 15  # logged operators per thread kept in memory before they spill
 LAUNCH_WINDOW = 1 << 12  # runtime calls per thread held back to be placed in time order
-MARKERS = (STEP_MARKER, CALL_MARKER_PREFIX)
+MARKERS = (STEP_MARKER_PREFIX, CALL_MARKER_PREFIX)
 NOT_COUNTED, COUNTED, MARKER = 0, 1, 2  # an open operator's state in the marked view
 
 

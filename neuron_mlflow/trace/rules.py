@@ -45,10 +45,6 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
-
-__all__ = ["CALL_MARKER_PREFIX", "STEP_MARKER_PREFIX", "Marks"]
-
 
 class Marks:
     """The marked ranges of a trace, per process, as a union of disjoint intervals."""

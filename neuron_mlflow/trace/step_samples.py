@@ -49,6 +49,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from dataclasses import dataclass, field
@@ -205,16 +206,10 @@ def step_samples(
             children[parent[i]] += 1
 
     def step_of(t: float) -> Step | None:
-        lo, hi = 0, len(begins)
-        while lo < hi:  # the last step starting at or before t
-            mid = (lo + hi) // 2
-            if begins[mid] <= t:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == 0:
+        at = bisect.bisect_right(begins, t)  # the last step starting at or before t, plus one
+        if at == 0:
             return None
-        found = steps[lo - 1]
+        found = steps[at - 1]
         return found if t <= found.end else None
 
     order: dict[str, float] = {}

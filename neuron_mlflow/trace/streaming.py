@@ -42,21 +42,14 @@ from __future__ import annotations
 from typing import Any
 
 from neuron_mlflow.errors import OutOfOrder
+from neuron_mlflow.naming import STEP_MARKER_PREFIX
 from neuron_mlflow.trace import links as _links
 from neuron_mlflow.trace import replay as _replay
 from neuron_mlflow.trace.events import add_marker, op_id, other_event
 from neuron_mlflow.trace.links import Busy, Links, Spill
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.replay import MARKERS, Thread
-from neuron_mlflow.trace.totals import (
-    DEVICE_CATEGORIES,
-    OP_CATEGORIES,
-    RUNTIME_CATEGORIES,
-    STEP_MARKER,
-    Totals,
-)
-
-__all__ = ["Busy", "Links", "Spill", "Thread", "streaming_pass"]
+from neuron_mlflow.trace.totals import DEVICE_CATEGORIES, OP_CATEGORIES, RUNTIME_CATEGORIES, Totals
 
 
 def streaming_pass(stream: TraceStream) -> Totals:
@@ -91,7 +84,7 @@ def streaming_pass(stream: TraceStream) -> Totals:
                 if cat in OP_CATEGORIES:  # the hot path: kept inline
                     name, start, dur = event.name, event.ts, event.dur
                     marker = name.startswith(MARKERS)
-                    if marker and name.startswith(STEP_MARKER):
+                    if marker and name.startswith(STEP_MARKER_PREFIX):
                         totals.step_marker(cat, start, dur)
                         continue
                     if event.tid != last_tid or event.pid != last_pid or thread is None:

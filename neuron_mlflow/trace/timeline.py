@@ -219,11 +219,8 @@ def build_timeline(path: str | Path, max_events: int = MAX_EVENTS) -> Timeline:
         for c in (ops, devices)
     ]
     origin = min(starts) if min(starts) < math.inf else 0.0
-    events: dict[str, list[Any]] = {
-        key: []
-        for key in ("kind", "lane", "start_us", "dur_us", "name", "depth", "self_us", "shape")
-    }
-    events["launcher"], events["parent"] = [], []
+    keys = ("kind", "lane", "start_us", "dur_us", "name", "depth", "self_us", "shape")
+    events: dict[str, list[Any]] = {key: [] for key in (*keys, "launcher", "parent")}
     for _, _, kind, i in kept:
         columns = ops if kind == OP else devices
         events["kind"].append(kind)

@@ -13,12 +13,8 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from neuron_mlflow.trace.totals import (
-    DEVICE_CATEGORIES,
-    OP_CATEGORIES,
-    RUNTIME_CATEGORIES,
-    STEP_MARKER,
-)
+from neuron_mlflow.naming import STEP_MARKER_PREFIX
+from neuron_mlflow.trace.totals import DEVICE_CATEGORIES, OP_CATEGORIES, RUNTIME_CATEGORIES
 
 MAX_SHAPE_CHARS = 240
 OP, DEVICE = 0, 1
@@ -115,7 +111,7 @@ class TimelinePass:
         name = str(e.get("name", ""))
         pid, tid = e.get("pid"), e.get("tid")
         if cat in OP_CATEGORIES:
-            if name.startswith(STEP_MARKER):
+            if name.startswith(STEP_MARKER_PREFIX):
                 if cat == "user_annotation":
                     number = name.rpartition("#")[2]
                     self.steps.append((int(number) if number.isdigit() else -1, ts, dur))

@@ -18,7 +18,6 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_mlflow.naming import STEP_MARKER_PREFIX
 from neuron_mlflow.trace.rules import Marks
 from neuron_mlflow.trace.shapes import flops, shapes_text
 
@@ -41,7 +40,6 @@ RUNTIME_CATEGORIES = {
     "Runtime",  # PyTorch <= 1.9
 }
 OP_CATEGORIES = {"cpu_op", "user_annotation", "Operator"}  # Operator: PyTorch <= 1.9
-STEP_MARKER = STEP_MARKER_PREFIX
 MEMORY_DEVICES = {0: "cpu", 1: "cuda", 19: "mtia", 20: "neuron"}
 """c10 ``DeviceType`` numbers of ``[memory]`` events, as metric names (ROCm reports cuda)."""
 
