@@ -267,28 +267,13 @@ def rank_metrics(prefix: str, rank: int, summary: OpSummary) -> dict[str, float]
         >>> rank_metrics("profile", 1, s)
         {'profile/rank/1/cpu_time_us': 4.0, 'profile/rank/1/wall_time_us': 10.0}
     """
-    return rank_values_metrics(
-        prefix,
-        rank,
-        summary.device_time_us if summary.device_time_us is not None else summary.cpu_time_us,
-        summary.wall_time_us,
-        has_device=summary.device_time_us is not None,
-    )
-
-
-def rank_values_metrics(
-    prefix: str, rank: int, time_us: float, wall_us: float, has_device: bool
-) -> dict[str, float]:
-    """:func:`rank_metrics` from plain values (as gathered across ranks).
-
-    Example:
-        >>> rank_values_metrics("profile", 0, 5.0, 9.0, has_device=True)
-        {'profile/rank/0/device_time_us': 5.0, 'profile/rank/0/wall_time_us': 9.0}
-    """
-    name = "device_time_us" if has_device else "cpu_time_us"
+    if summary.device_time_us is not None:
+        name, time_us = "device_time_us", summary.device_time_us
+    else:
+        name, time_us = "cpu_time_us", summary.cpu_time_us
     return {
         metric_key(prefix, "rank", str(rank), name): time_us,
-        metric_key(prefix, "rank", str(rank), "wall_time_us"): wall_us,
+        metric_key(prefix, "rank", str(rank), "wall_time_us"): summary.wall_time_us,
     }
 
 
@@ -315,10 +300,8 @@ def call_marker(name: str) -> str:
 def extra_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
     """What ``record_shapes``/``profile_memory``/``with_flops`` add to a window's metrics.
 
-    ``P/memory/peak_allocated_bytes`` (the device's peak where the trace has device memory
-    events, else the CPU's), ``P/memory/<device>/peak_allocated_bytes`` per device (``cpu``,
-    ``cuda``, ...), ``P/flops_per_step``, ``P/achieved_tflops`` (FLOPs per step over the wall
-    time per step) and ``P/op/<key>/flops`` (per step) for the first ``top_k`` operators.
+    The memory and FLOPs rows of the module's table (``P/op/<key>/flops`` for the first
+    ``top_k`` operators).
 
     Example:
         >>> from neuron_mlflow.summary.ops import RawOp, build_summary

@@ -85,11 +85,7 @@ def action_at(schedule: Schedule, step: int) -> Action:
         'RECORD_AND_SAVE'
     """
     window = window_at(schedule, step)
-    if window is None:
-        return Action.NONE
-    if step < window.first:
-        return Action.WARMUP
-    return Action.RECORD_AND_SAVE if step == window.last else Action.RECORD
+    return Action.NONE if window is None else window_action(window, step)
 
 
 def window_action(window: Window, step: int) -> Action:
