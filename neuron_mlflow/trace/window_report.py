@@ -28,9 +28,9 @@ from typing import Any
 from neuron_mlflow.errors import TraceFormatError
 from neuron_mlflow.naming import REPORT_FILE, run_tag
 from neuron_mlflow.summary.ops import OpSummary
-from neuron_mlflow.summary.report import BUDGET_BYTES, write_report
+from neuron_mlflow.summary.report import write_report
 from neuron_mlflow.trace.step_samples import lowest_rank_trace, mark_disturbed
-from neuron_mlflow.trace.timeline import MAX_EVENTS, build_timeline, number_steps
+from neuron_mlflow.trace.timeline import build_timeline, number_steps
 
 logger = logging.getLogger("neuron_mlflow")
 
@@ -70,8 +70,6 @@ def write_window_report(
     manifest: dict[str, Any],
     run_id: str | None = None,
     trace: Path | None = None,
-    budget_bytes: int = BUDGET_BYTES,
-    max_events: int = MAX_EVENTS,
 ) -> Path:
     """Write ``report.html`` into the window's artifact folder; return its path.
 
@@ -82,8 +80,6 @@ def write_window_report(
         run_id: the run the window goes to, when known (for the header).
         trace: the trace to draw (default: the lowest rank's under ``traces/``,
             :func:`~neuron_mlflow.trace.step_samples.lowest_rank_trace`).
-        budget_bytes: the report's size budget.
-        max_events: bars the timeline keeps at most.
 
     Every step number on the page is the window's own (``manifest["window"]["first"]`` on:
     the trainer's global step for Lightning), as in the header and the window id.
@@ -96,7 +92,7 @@ def write_window_report(
     first = (manifest.get("window") or {}).get("first")
     if trace is not None:
         try:
-            built = build_timeline(trace, max_events=max_events)
+            built = build_timeline(trace)
             if isinstance(first, int):
                 number_steps(built, first)
             mark_disturbed(built.steps, trace)  # steps other processes slowed down
@@ -104,4 +100,4 @@ def write_window_report(
         except (TraceFormatError, OSError, EOFError) as exc:
             logger.info("report.html without a timeline: %s", exc)
     target = artifacts_dir / REPORT_FILE
-    return write_report(target, summary, report_header(manifest, run_id), timeline, budget_bytes)
+    return write_report(target, summary, report_header(manifest, run_id), timeline)

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -30,6 +29,8 @@ from typing import Any
 
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
 from neuron_mlflow.summary.ops import OpSummary, RawOp, build_summary
+from neuron_mlflow.trace.links import Busy
+from neuron_mlflow.trace.rules import Marks
 
 
 @dataclass
@@ -63,48 +64,25 @@ def _is_cpu(event: Any) -> bool:
     return bool(event.device_type == DeviceType.CPU)
 
 
-def _ranges(events: list[Any]) -> list[tuple[float, float]] | None:
-    """Merged ``(start, end)`` marked ranges; ``None``: no markers, everything counts."""
-    marks = [e for e in events if e.name.startswith(CALL_MARKER_PREFIX)]
-    if not marks:
-        return None
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted((float(m.time_range.start), float(m.time_range.end)) for m in marks):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
+def _marks(events: list[Any]) -> Marks | None:
+    """The marked ranges (one process: ``None``); ``None``: no markers, everything counts."""
+    marks = Marks()
+    for e in events:
+        if e.name.startswith(CALL_MARKER_PREFIX):
+            marks.add(None, float(e.time_range.start), float(e.time_range.end))
+    return marks or None
 
 
-def _counts(event: Any, ranges: list[tuple[float, float]] | None, starts: list[float]) -> bool:
+def _counts(event: Any, marks: Marks | None) -> bool:
     """Nested in a call marker, or in a call tree whose root starts in a marked range."""
-    if ranges is None:
+    if marks is None:
         return True
     root = event
     while root.cpu_parent is not None:
         root = root.cpu_parent
         if root.name.startswith(CALL_MARKER_PREFIX):
             return True
-    t = float(root.time_range.start)
-    i = bisect.bisect_right(starts, t) - 1
-    return i >= 0 and t <= ranges[i][1]
-
-
-def _busy_pct(intervals: list[tuple[float, float]]) -> float | None:
-    if not intervals:
-        return None
-    intervals.sort()
-    span = max(end for _, end in intervals) - intervals[0][0]
-    busy, cur_start, cur_end = 0.0, intervals[0][0], intervals[0][1]
-    for start, end in intervals[1:]:
-        if start > cur_end:
-            busy += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    busy += cur_end - cur_start
-    return 100.0 * busy / span if span > 0 else 100.0
+    return marks.covers(None, float(root.time_range.start))
 
 
 def read_device_times(events: Iterable[Any]) -> DeviceTimes:
@@ -118,8 +96,7 @@ def read_device_times(events: Iterable[Any]) -> DeviceTimes:
         Device time per launching operator and per kernel, only for the marked steps.
     """
     events = list(events)
-    ranges = _ranges(events)
-    starts = [start for start, _ in ranges or []]
+    marks = _marks(events)
     result = DeviceTimes()
     per_op: dict[str, float] = defaultdict(float)
     per_kernel: dict[str, float] = defaultdict(float)
@@ -132,7 +109,7 @@ def read_device_times(events: Iterable[Any]) -> DeviceTimes:
         if own <= 0:
             continue
         launched += 1
-        if not _counts(event, ranges, starts):
+        if not _counts(event, marks):
             continue
         per_op[event.name] += own
         counted_ids.add(int(event.id))
@@ -153,7 +130,10 @@ def read_device_times(events: Iterable[Any]) -> DeviceTimes:
     result.outside_events = (
         (len(device) - len(intervals)) if device else launched - len(counted_ids)
     )
-    result.busy_pct = _busy_pct(intervals)
+    busy = Busy()
+    for interval in intervals:
+        busy.add(interval)
+    result.busy_pct = busy.pct()
     return result
 
 
