@@ -155,13 +155,6 @@ def mark_disturbed(steps: list[dict[str, Any]], trace: Path) -> None:
         step["disturbed"] = disturbed(float(step.get("wall_us") or 0.0), wait, switches)
 
 
-def _step_interference(trace: Path, steps: int) -> list[tuple[float | None, int | None]]:
-    """:func:`read_interference`, or ``(None, None)`` a step when the trace says nothing or
-    says it of another number of steps than ``steps``."""
-    found = read_interference(trace)
-    return found if found is not None and len(found) == steps else [(None, None)] * steps
-
-
 def step_samples(
     trace: Path, recorded_steps: int | None = None
 ) -> tuple[list[Step], bool, list[str]]:
@@ -280,7 +273,9 @@ def write_step_samples(artifacts_dir: Path, trace_dir: Path, top_k: int) -> dict
     keys = stable_op_names(first_seen)
     lines = []
     per_time: dict[str, list[float]] = {m: [] for m in HEADLINE_TIMES}
-    interference = _step_interference(trace, len(steps))
+    interference = read_interference(trace)
+    if interference is None or len(interference) != len(steps):  # says nothing of these steps
+        interference = [(None, None)] * len(steps)
     for index, step in enumerate(steps):
         wall = round(step.end - step.start, 3)
         wait, switches = interference[index]

@@ -122,7 +122,6 @@ def analyze_window(
     out_dir: Path | None,
     mode: str = "auto",
     instance_type: str | None = None,
-    top: int = 5,
 ) -> DeviceAnalysis:
     """Analyse one window (see the module docstring).
 
@@ -134,7 +133,6 @@ def analyze_window(
         out_dir: where ``neuron_summary.json`` goes (the window's artifact folder).
         mode: ``neuron.explorer_summary``: ``auto``, ``always`` or ``never``.
         instance_type: a hint (e.g. from neuron-monitor's ``instance_info``).
-        top: operators that get a verdict.
     """
     analysis = DeviceAnalysis(summary, device_busy_pct=device_busy_pct)
     data = _explorer(analysis, prefix, trace_dir, out_dir, mode)
@@ -165,7 +163,7 @@ def analyze_window(
         memory_pct=max(memory) if memory else None,
     )
     flops = {op.name: op.flops for op in summary.ops if op.flops}
-    document = verdict_document(summary, inputs, top=top, flops_by_op=flops)
+    document = verdict_document(summary, inputs, top=5, flops_by_op=flops)
     if document["window"]:
         analysis.tags[f"neuron_mlflow.verdict/{prefix}"] = document["window"]
     extra = {**summary.extra, VERDICT_KEY: document, NOTES_KEY: list(analysis.notes)}
