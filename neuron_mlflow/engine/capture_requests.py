@@ -203,13 +203,6 @@ def _uninstall_signal(target: OnDemand) -> None:
 # -- the per-rank watcher ----------------------------------------------------------------
 
 
-@dataclass
-class _Accepted:
-    request: CaptureRequest
-    window: Window
-    artifact_path: str
-
-
 class OnDemand:
     """Requests and the slow-step trigger of one front end on one rank (see module doc).
 
@@ -254,10 +247,10 @@ class OnDemand:
         """Checked at each step begin: something waits for the training thread."""
         self.signalled = False
         self._inbox: deque[CaptureRequest] = deque()
-        self._outbox: deque[tuple[str, str]] = deque()  # (request id, status) for MLflow
+        self._outbox: deque[str] = deque()  # status lines for MLflow
         self._file_out: deque[str] = deque()  # the same, for the status file
         self._step_time: float | None = None
-        self._accepted: deque[_Accepted] = deque()
+        self._accepted: deque[tuple[str, str]] = deque()  # (request id, artifact path)
         self._waiting_said: set[str] = set()
         self._signal_count = 0
         self._last_step: int | None = None
@@ -357,7 +350,7 @@ class OnDemand:
 
     def _answer(self, request_id: str, status: str) -> None:
         line = f"{status} (request {request_id})"
-        self._outbox.append((request_id, line))
+        self._outbox.append(line)
         self._file_out.append(line)
         if status.startswith("refused"):
             log.warning("neuron-mlflow: capture request %s %s", request_id, status)
@@ -385,7 +378,7 @@ class OnDemand:
                 self._answer(request.id, f"refused: {exc}")
                 continue
             path = window_artifact_path(self.prefix, window.first, window.last)
-            self._accepted.append(_Accepted(request, window, path))
+            self._accepted.append((request.id, path))
             self._answer(
                 request.id,
                 f"accepted: steps {window.first}-{window.last} (warm-up from step "
@@ -409,20 +402,23 @@ class OnDemand:
         except Exception as exc:  # never an exception in the job
             log.debug("neuron-mlflow: capture poll failed: %s", exc)
 
-    def _queue(self, request: CaptureRequest) -> None:
-        with self._seen_lock:
-            if request.id in self._seen:
-                return
-            self._seen.add(request.id)
-        self._inbox.append(request)
-        self.hot = True
+    def _receive(self, text: str, source: str, id_salt: str = "") -> None:
+        """Queue a request read from the file or the tag, or refuse it; once per id."""
+        try:
+            request = parse_request(text, source, self.config.max_request_steps, id_salt)
+        except BadRequest as exc:
+            if self._first_sight(exc.request_id):
+                self._answer(exc.request_id, f"refused: {exc}")
+            return
+        if self._first_sight(request.id):
+            self._inbox.append(request)
+            self.hot = True
 
-    def _refuse_bad(self, exc: BadRequest) -> None:
+    def _first_sight(self, request_id: str) -> bool:
         with self._seen_lock:
-            if exc.request_id in self._seen:
-                return
-            self._seen.add(exc.request_id)
-        self._answer(exc.request_id, f"refused: {exc}")
+            seen = request_id in self._seen
+            self._seen.add(request_id)
+        return not seen
 
     def _read_file(self) -> None:
         path = self._local_dir / CAPTURE_FILE
@@ -439,43 +435,40 @@ class OnDemand:
             return
         try:
             text = path.read_text("utf-8", errors="replace")
-            self._queue(
-                parse_request(text, "file", self.config.max_request_steps, str(stat.st_mtime_ns))
-            )
-        except BadRequest as exc:
-            self._refuse_bad(exc)
         except OSError:
             self._file_key = None
+            return
+        self._receive(text, "file", str(stat.st_mtime_ns))
 
     def _check_done(self) -> None:
         from neuron_mlflow.sinks.spool import MANIFEST, WindowRecord
 
         for accepted in list(self._accepted):
-            reason = f"request {accepted.request.id}"
-            for manifest_path in self._local_dir.glob(f"*/{accepted.artifact_path}/{MANIFEST}"):
+            request_id, artifact_path = accepted
+            for manifest_path in self._local_dir.glob(f"*/{artifact_path}/{MANIFEST}"):
                 try:
                     record = WindowRecord.load(manifest_path.parent)
                     manifest = record.manifest
                 except (OSError, ValueError):
                     continue
-                if manifest.get("reason") != reason:
+                if manifest.get("reason") != f"request {request_id}":
                     continue
                 status = record.status
                 if status == "done" and manifest.get("run_id"):
-                    answer = f"done: {window_run_path(accepted.artifact_path, manifest['run_id'])}"
+                    answer = f"done: {window_run_path(artifact_path, manifest['run_id'])}"
                 elif status == "incomplete":
                     answer = f"failed: {manifest.get('error') or 'incomplete'}"
                 elif manifest.get("handled"):
                     error = manifest.get("error")
                     answer = (
                         f"failed: {error}" if error and manifest.get("failed_step") != "upload"
-                        else f"done: {accepted.artifact_path} kept in {record.path} (not "
+                        else f"done: {artifact_path} kept in {record.path} (not "
                         "uploaded: `neuron-mlflow sync` sends it)"
                     )  # fmt: skip
                 else:
                     continue
                 self._accepted.remove(accepted)
-                self._answer(accepted.request.id, answer)
+                self._answer(request_id, answer)
                 break
 
     def _write_status_files(self) -> None:
@@ -535,12 +528,9 @@ class OnDemand:
                 value = tags.get(CAPTURE_REQUEST_TAG)
                 if value is not None and value != self._tag_value:
                     self._tag_value = value
-                    try:
-                        self._queue(parse_request(value, "tag", self.config.max_request_steps))
-                    except BadRequest as exc:
-                        self._refuse_bad(exc)
-                        self._write_status_files()
-                statuses: list[tuple[str, str]] = []
+                    self._receive(value, "tag")
+                    self._write_status_files()  # a refusal: in the file at once
+                statuses = []
                 while self._outbox:
                     statuses.append(self._outbox.popleft())
                 beat = json.dumps(
@@ -549,7 +539,7 @@ class OnDemand:
                 )  # fmt: skip
                 batch_tags = [RunTag(heartbeat_tag(self.rank), beat)]
                 if statuses:
-                    batch_tags.append(RunTag(capture_status_tag(self.rank), statuses[-1][1]))
+                    batch_tags.append(RunTag(capture_status_tag(self.rank), statuses[-1]))
                 metrics = []
                 if self.rank == 0 and self._step_time is not None:
                     metrics.append(
