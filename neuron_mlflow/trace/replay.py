@@ -115,6 +115,8 @@ class Thread:
         self.prev: Entry | None = None  # the entry replayed last (None: a call came after it)
         # call paths (``Totals.node``) of the stack's bottom entries, reused while they stay
         # open: ``path_nodes[i]`` is the path of ``path_entries[i]``, a stack's entry i then
+        # (an entry is pushed once over entries that stay until it is popped, so while it is
+        # in its place so are those under it, and their cached paths hold)
         self.path_entries: list[Entry] = []
         self.path_nodes: list[int] = []
         # launches made under a folding candidate wait until it is decided: (correlation,
@@ -305,14 +307,7 @@ class Thread:
     def _path(self, entries: list[Entry]) -> int:
         """The call path (``Totals.node``) of ``entries[-1]``, an operator, under the
         entries before it (markers are transparent), worked out afresh: for launches
-        that waited (``held``), whose entries may be closed and folded by now.
-
-        Open entries' paths are cached in ``path_entries``/``path_nodes`` (``path_nodes[i]``
-        the path of ``path_entries[i]``, the stack's entry i when it was worked out;
-        ``place_pending`` does this inline): an entry is pushed once, over entries that stay
-        until it is popped, so while it is still in its place so are those under it, and
-        their cached paths hold.
-        """
+        that waited (``held``), whose entries may be closed and folded by now."""
         totals, folded, node = self.totals, self.folded, -1
         kids = totals.node_kids
         for entry in entries:
