@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
-EXIT_INSUFFICIENT = 3  # compare --fail-above could not decide (summary.comparison)
+EXIT_INSUFFICIENT = 3  # compare --fail-above could not decide
 
 
 TRACE_SHAPE = "a Chrome/Kineto trace is JSON text (.json, or gzip-compressed .json.gz)"
@@ -152,16 +152,15 @@ def _ingest(args: argparse.Namespace) -> int:
     from neuron_mlflow.trace.reader import TraceFormatError
 
     local_dir = Path(args.local_dir or ProfilerConfig().local_dir)
-    for path in map(Path, args.paths):  # (a folder is searched for traces by ingest)
+    paths = [Path(p) for p in args.paths]
+    for path in paths:  # (a folder is searched for traces by ingest)
         problem = None if path.is_dir() else _not_a_trace(path)
         if problem is not None:
             print(f"neuron-mlflow ingest: {problem}", file=sys.stderr)
             return EXIT_USAGE
     try:
         ProfilerConfig(metric_prefix=args.prefix)
-        run_id, record, ranks = ingest(
-            [Path(p) for p in args.paths], args.run_id, args.experiment, args.prefix, local_dir
-        )
+        run_id, record, ranks = ingest(paths, args.run_id, args.experiment, args.prefix, local_dir)
     except (IngestError, TraceFormatError, ValueError) as exc:
         print(f"neuron-mlflow ingest: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -395,11 +394,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
-
     from neuron_mlflow.errors import CompareError
     from neuron_mlflow.sinks.profiles import load_profiles
     from neuron_mlflow.summary.comparison import (
-        EXIT_INSUFFICIENT,
         RunProfile,
         compare_profiles,
         group_profiles,
@@ -546,21 +543,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(arguments)
     except SystemExit as exc:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
-    if args.verb == "sync":
-        return _sync(args)
-    if args.verb == "compare":
-        return _compare(args)
-    if args.verb == "download":
-        return _download(args)
-    if args.verb == "summarize":
-        return _summarize(args)
-    if args.verb == "ingest":
-        return _ingest(args)
     if args.verb == "capture":
         from neuron_mlflow.cli.capture import run_capture
 
         return run_capture(args)
-    return EXIT_USAGE  # pragma: no cover - argparse rejects unknown verbs
+    verbs = {
+        "sync": _sync,
+        "compare": _compare,
+        "download": _download,
+        "summarize": _summarize,
+        "ingest": _ingest,
+    }
+    return verbs[args.verb](args)
 
 
 if __name__ == "__main__":

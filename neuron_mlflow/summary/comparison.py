@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from neuron_mlflow.summary.statistics import (
@@ -38,8 +38,6 @@ HEADLINE = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls", "steps"
 """Headline metrics, in the order they are shown (``P/<name>``)."""
 SAMPLED = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls")
 """Headline metrics with per-step samples (ratio, interval and verdict)."""
-EXIT_INSUFFICIENT = 3
-"""``compare --fail-above``'s exit code when the gated rows cannot be decided."""
 METRIC_LABELS = {
     "device_time_us": "device time",
     "cpu_time_us": "self CPU time",
@@ -269,14 +267,22 @@ def _mostly_disturbed(p: RunProfile) -> bool:
     return p.steps_read > 0 and p.steps_disturbed > MAX_DISTURBED_SHARE * p.steps_read
 
 
-def _disturbance(e: Estimate, sides: Sequence[RunProfile]) -> Estimate:
-    """``e`` with the disturbed steps of its sides said: no verdict when a side has more than
-    :data:`MAX_DISTURBED_SHARE` of its steps disturbed by other processes."""
-    worst = max(sides, key=lambda p: p.steps_disturbed / max(p.steps_read, 1))
+def _estimate(
+    base: RunProfile,
+    cand: RunProfile,
+    series: str,
+    margin_pct: float,
+    confidence: float = CONFIDENCE,
+) -> Estimate:
+    """:func:`compare_samples` of one series, with the sides' disturbed steps said (no verdict
+    when a side is :func:`_mostly_disturbed`)."""
+    e = compare_samples(base.side(series), cand.side(series), margin_pct, confidence, name=series)
+    worst = max((base, cand), key=lambda p: p.steps_disturbed / max(p.steps_read, 1))
     if not worst.steps_disturbed:
         return e
-    said = f"{worst.steps_disturbed} of {worst.steps_read} steps disturbed by other processes" + (
-        f" ({worst.name})" if len(sides) > 1 else ""
+    said = (
+        f"{worst.steps_disturbed} of {worst.steps_read} steps disturbed by other processes "
+        f"({worst.name})"
     )
     if _mostly_disturbed(worst):
         return replace(e, verdict=INSUFFICIENT, low=None, high=None, reason=said)
@@ -368,11 +374,7 @@ def compare_profiles(
         rows.append(row)
     margin = DEFAULT_MARGIN_PCT if margin_pct is None else margin_pct
     estimates = {
-        r.run_id: {
-            m: _disturbance(compare_samples(base.side(m), r.side(m), margin, name=m), (base, r))
-            for m in shared
-            if m in SAMPLED
-        }
+        r.run_id: {m: _estimate(base, r, m, margin) for m in shared if m in SAMPLED}
         for r in runs
         if r.run_id != base.run_id
     }
@@ -383,12 +385,7 @@ def compare_profiles(
         series = op_series(row["op"], op_field)
         for r in runs:
             if row["status"].get(r.run_id) == "":
-                row["estimate"][r.run_id] = _disturbance(
-                    compare_samples(
-                        base.side(series), r.side(series), margin, op_confidence, name=series
-                    ),
-                    (base, r),
-                )
+                row["estimate"][r.run_id] = _estimate(base, r, series, margin, op_confidence)
     notes += load_notes(runs)
     notes += [
         f"{r.name}: {r.steps_disturbed} of {r.steps_read} steps disturbed by other processes "
@@ -414,9 +411,8 @@ def compare_profiles(
 
 
 def _shown(r: RunProfile, series: str, logged: float | None) -> float | None:
-    """The value shown for one series of a run: the :data:`STATISTIC` of its samples (the
-    ``steps`` count as logged); a run without samples (an old one) shows the logged value,
-    and a run whose every step was disturbed shows none."""
+    """What a run shows for one series: the :data:`STATISTIC` of its samples, else the logged
+    value (``steps``, an old run); ``None`` when every step was disturbed."""
     if series == "steps" or r.samples is None:
         return logged
     found = side_value(r.side(series))
@@ -459,19 +455,15 @@ def decide(c: Comparison) -> Outcome:
     fastest, runner = ranked[0], ranked[1]
     # against the baseline, the verdicts every other surface shows; else the pair itself
     wanted = IMPROVEMENT
-    found = None
+    e = None
     if runner.run_id == c.baseline:
-        found = c.estimates.get(fastest.run_id, {}).get(metric)
+        e = c.estimates.get(fastest.run_id, {}).get(metric)
     elif fastest.run_id == c.baseline:
-        found, wanted = c.estimates.get(runner.run_id, {}).get(metric), REGRESSION
-    if found is not None:
-        e = found
-    else:
+        e = c.estimates.get(runner.run_id, {}).get(metric)
+        wanted = REGRESSION
+    if e is None:
         wanted = IMPROVEMENT
-        e = _disturbance(
-            compare_samples(runner.side(metric), fastest.side(metric), c.margin_pct, name=metric),
-            (runner, fastest),
-        )
+        e = _estimate(runner, fastest, metric, c.margin_pct)
     speedup = (shown[runner.run_id] or 0.0) / max(shown[fastest.run_id] or 0.0, 1e-12)
     pair = f"{e.interval_text()} {e.verdict} ({e.reason})"
     pair = (
@@ -542,8 +534,7 @@ below it, the profiler's timer resolution decides (an op of 0.05 us a call)."""
 
 
 def _gated(c: Comparison, ops: bool) -> list[tuple[RunProfile, str, Estimate]]:
-    """The rows the gate looks at: the headline time metric, and with ``ops`` every op on
-    both sides that takes at least :data:`GATE_OP_SHARE` of the baseline's headline time."""
+    """The rows the gate looks at (:func:`regressions`), ops down to :data:`GATE_OP_SHARE`."""
     out = []
     for r in c.runs:
         if r.run_id == c.baseline:
@@ -596,18 +587,15 @@ def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) 
     limit = 1 + fail_above_pct / 100
     out = []
     for r, what, e in _gated(comparison, ops):
-        if e.low is not None and e.low > limit:
-            continue  # a regression, decided
-        # no interval: too few samples, or a side mostly disturbed by other processes
-        few = e.ratio is None or (e.verdict == INSUFFICIENT and (e.low is None or e.high is None))
-        if few or (e.high is not None and e.high > limit):
+        if e.low is None or e.high is None:  # too few samples, or a side mostly disturbed
+            reason = e.reason
+        elif e.low <= limit < e.high:
             reason = (
-                e.reason
-                if few
-                else f"too wide to decide: the interval {e.interval_text()} reaches above "
-                f"{limit:.2f}"
+                f"too wide to decide: the interval {e.interval_text()} reaches above {limit:.2f}"
             )
-            out.append(f"run {r.run_id} ({r.name}): {what}: {INSUFFICIENT} ({reason})")
+        else:
+            continue
+        out.append(f"run {r.run_id} ({r.name}): {what}: {INSUFFICIENT} ({reason})")
     return out
 
 
@@ -717,18 +705,6 @@ def _stat_title(c: Comparison) -> str:
     )
 
 
-def _head_lines(c: Comparison, result: bool = True) -> list[str]:
-    """The answer first, then what the tables show."""
-    lines = []
-    if result and c.outcome is not None:
-        lines.append(f"Result: {c.outcome.result} ({c.statistic})")
-    lines.append(
-        f"Values: per run, the {STATISTIC} of its undisturbed steps, all windows pooled "
-        "(a group of runs: their mean)."
-    )
-    return lines
-
-
 _Block = Callable[[list[str], list[list[str]]], list[str]]
 """Draws one table (its header, its rows) as lines: Markdown or aligned plain text."""
 
@@ -748,11 +724,18 @@ def _aligned_block(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _render(c: Comparison, block: _Block, gap: list[str], result: bool = True) -> str:
-    """The result, the headline table, per-op ``self_*_us`` per step, then how sure (every
-    value the :data:`STATISTIC`); ``block`` draws each table, ``gap`` goes between a table's
-    title and the table."""
+    """The result, the headline, per-op and how-sure tables; ``block`` draws each table, ``gap``
+    goes between a table's title and the table."""
     head, body, op_head, op_body = _tables(c)
-    lines = [*_head_lines(c, result), "", *block(head, body)]
+    lines = []
+    if result and c.outcome is not None:
+        lines.append(f"Result: {c.outcome.result} ({c.statistic})")
+    lines += [
+        f"Values: per run, the {STATISTIC} of its undisturbed steps, all windows pooled "
+        "(a group of runs: their mean).",
+        "",
+        *block(head, body),
+    ]
     if op_body:
         lines += ["", f"Per op ({c.op_rows[0]['field']} per step; change vs baseline):", *gap]
         lines += block(op_head, op_body)
@@ -776,22 +759,12 @@ def render_table(c: Comparison) -> str:
 
 def render_json(c: Comparison) -> str:
     """The comparison as JSON."""
-    outcome = c.outcome
     data = {
         "baseline": c.baseline,
         "time_metric": c.time_metric,
         "statistic": c.statistic,
         "values": c.values,
-        "outcome": None
-        if outcome is None
-        else {
-            "fastest": outcome.fastest,
-            "runner_up": outcome.runner_up,
-            "speedup": outcome.speedup,
-            "result": outcome.result,
-            "detail": outcome.detail,
-            "estimate": outcome.estimate.to_dict() if outcome.estimate is not None else None,
-        },
+        "outcome": None if c.outcome is None else asdict(c.outcome),
         "runs": [
             {
                 "run_id": r.run_id,
