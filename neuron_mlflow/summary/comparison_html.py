@@ -33,6 +33,8 @@ import math
 from collections.abc import Mapping
 
 from neuron_mlflow.summary.comparison import (
+    METRIC_LABELS,
+    SAMPLED,
     Comparison,
     compare_profiles,
     profile_from_summary,
@@ -53,12 +55,7 @@ from neuron_mlflow.summary.statistics import (
 )
 from neuron_mlflow.summary.tables import format_us
 
-LABELS = {
-    "device_time_us": "device time per step",
-    "cpu_time_us": "self CPU time per step",
-    "op_calls": "op calls per step",
-    "wall_time_us": "wall time per step",
-}
+LABELS = {m: f"{METRIC_LABELS[m]} per step" for m in SAMPLED}
 
 
 def _value(metric: str, value: float | None) -> str:
