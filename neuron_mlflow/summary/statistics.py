@@ -64,7 +64,6 @@ REGRESSION, IMPROVEMENT, NO_CHANGE, INSUFFICIENT = (
     "no change",
     "insufficient data",
 )
-VERDICTS = (REGRESSION, IMPROVEMENT, NO_CHANGE, INSUFFICIENT)
 DEFAULT_MARGIN_PCT = 5.0
 """The margin of the verdicts when no ``--fail-above`` is given (percent)."""
 CONFIDENCE = 0.95
@@ -187,7 +186,7 @@ class Estimate:
     """The comparison of one metric: ratio candidate / baseline, its interval and verdict.
 
     Attributes:
-        verdict: one of :data:`VERDICTS`.
+        verdict: ``regression``, ``improvement``, ``no change`` or ``insufficient data``.
         ratio: candidate / baseline (``None`` when either side has no data or the baseline
             is 0).
         low, high: the interval's bounds (``None`` without ``ratio``, or with too few
@@ -265,8 +264,10 @@ def side_value(side: Side) -> float | None:
         104.4
     """
     runs = _clean(side)
-    if not runs:
-        return None
+    return _mean_value(runs) if runs else None
+
+
+def _mean_value(runs: list[list[list[float]]]) -> float:
     return sum(run_value(run) for run in runs) / len(runs)
 
 
@@ -348,8 +349,7 @@ def compare_samples(
     if not all(sides):
         missing = "baseline" if not sides[0] else "candidate"
         return estimate(INSUFFICIENT, f"no samples on the {missing} side")
-    base_value = sum(run_value(run) for run in sides[0]) / len(sides[0])
-    cand_value = sum(run_value(run) for run in sides[1]) / len(sides[1])
+    base_value, cand_value = _mean_value(sides[0]), _mean_value(sides[1])
     values = (base_value, cand_value)
     if base_value <= 0:
         return estimate(INSUFFICIENT, "the baseline is 0: no ratio")
