@@ -32,10 +32,6 @@ def format_us(us: float) -> str:
     return f"{us / 1_000_000:.3f} s"
 
 
-def _calls(value: float) -> str:
-    return f"{value:g}"
-
-
 def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     """Render the summary as a Markdown table in the seed's layout, with totals below.
 
@@ -54,33 +50,30 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     label = summary.device_label
     names = display_names(op.name for op in summary.ops)
     head, rule, cells = _extra_columns(summary)
-    if summary.has_device_time:
-        lines.append(f"| Name | Calls | Self CPU | Self {label} | {label} % |{head}")
-        lines.append(f"|---|---:|---:|---:|---:|{rule}")
-        for op in summary.ops:
-            lines.append(
-                f"| {names[op.name]} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
-                f"| {format_us(op.self_device_us or 0.0)} | {op.device_pct or 0.0:.1f} % |"
-                + cells(op)
-            )
-    else:
-        lines.append(f"| Name | Calls | Self CPU | CPU % |{head}")
-        lines.append(f"|---|---:|---:|---:|{rule}")
-        for op in summary.ops:
-            lines.append(
-                f"| {names[op.name]} | {_calls(op.calls)} | {format_us(op.self_cpu_us)} "
-                f"| {op.cpu_pct:.1f} % |" + cells(op)
-            )
+    has_device = summary.has_device_time
+    share_head = f"Self {label} | {label} %" if has_device else "CPU %"
+    lines.append(f"| Name | Calls | Self CPU | {share_head} |{head}")
+    lines.append("|---|---:|---:|---:|" + "---:|" * has_device + rule)
+    for op in summary.ops:
+        share = (
+            f"{format_us(op.self_device_us or 0.0)} | {op.device_pct or 0.0:.1f} %"
+            if has_device
+            else f"{op.cpu_pct:.1f} %"
+        )
+        lines.append(
+            f"| {names[op.name]} | {op.calls:g} | {format_us(op.self_cpu_us)} | {share} |"
+            + cells(op)
+        )
     lines.append("")
     lines.append(f"Per profiled step, over {summary.steps} step(s):")
     lines.append("")
     lines.append(f"- Self CPU time total: {format_us(summary.cpu_time_us)}")
-    if summary.has_device_time:
+    if has_device:
         lines.append(f"- Self {label} time total: {format_us(summary.device_time_us or 0.0)}")
     elif summary.device_note:
         lines.append(f"- {summary.device_note}")
     lines.append(f"- Wall time: {format_us(summary.wall_time_us)}")
-    lines.append(f"- Op calls (top-level dispatches): {_calls(summary.op_calls)}")
+    lines.append(f"- Op calls (top-level dispatches): {summary.op_calls:g}")
     if summary.flops_per_step is not None:
         lines.append(f"- FLOPs: {summary.flops_per_step:.4g} per step")
     for device, peak in summary.peak_allocated_bytes.items():
@@ -173,7 +166,7 @@ def render_side_by_side(summaries: dict[str, OpSummary]) -> str:
     for variant, s in summaries.items():
         device = f"{s.device_time_us:.1f}" if s.device_time_us is not None else "n/a"
         lines.append(
-            f"| {variant} | {device} | {s.cpu_time_us:.1f} | {_calls(s.op_calls)} "
+            f"| {variant} | {device} | {s.cpu_time_us:.1f} | {s.op_calls:g} "
             f"| {s.wall_time_us:.1f} |"
         )
     if not any(s.has_device_time for s in summaries.values()):

@@ -31,7 +31,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from neuron_mlflow.summary.ops import OpStats, OpSummary
@@ -132,11 +132,7 @@ def verdict_document(
     return {
         "window": verdict,
         "reason": reason,
-        "inputs": {
-            "device_busy_pct": inputs.device_busy_pct,
-            "compute_pct": inputs.compute_pct,
-            "memory_pct": inputs.memory_pct,
-        },
+        "inputs": asdict(inputs),
         "ops": ops,
     }
 
