@@ -150,11 +150,9 @@ def _wait(client: Any, args: argparse.Namespace, request_id: str, ranks: list[in
                     if said.get(rank) != status:
                         said[rank] = status
                         print(f"rank {rank}: {status}")
-            refused = {r: s for r, s in answers.items() if s.startswith("refused")}
-            failed = {r: s for r, s in answers.items() if s.startswith("failed")}
-            if refused:
+            if any(s.startswith("refused") for s in answers.values()):
                 return EXIT_REFUSED
-            if failed:
+            if any(s.startswith("failed") for s in answers.values()):
                 return EXIT_FAILURE
             done = {r: s for r, s in answers.items() if s.startswith("done")}
             if len(done) == len(ranks):
