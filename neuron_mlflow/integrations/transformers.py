@@ -185,12 +185,10 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         if windows is not None:
             windows.next_step = state.global_step  # (the step hooks count by global_step)
             self._guard(windows.finish)  # a window cut short: partial
-        if self._evaluating:  # an evaluation that raised inside train(): its window is kept
-            self._evaluating = False
-            self.attachment.abort(_Unended("an evaluation did not end"))
         self._training = False
-        _unended.discard(self)
-        self.attachment.end()  # hand over to the worker; no thread or handler of ours stays
+        # hand over to the worker, nothing of ours stays; an evaluation still open (it raised
+        # inside train()) keeps its window (incomplete)
+        self._end(_Unended("an evaluation did not end"))
 
     # -- evaluation: one step per batch, from one on_prediction_step to the next -----------
 
