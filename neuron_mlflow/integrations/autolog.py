@@ -117,7 +117,7 @@ class _State:
         self.owned = 0  # Trainer calls running: their callbacks own the steps
         self.loop: _Loop | None = None
         self.last_loop: _Loop | None = None
-        self.callbacks: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.callbacks: weakref.WeakSet[Any] = weakref.WeakSet()  # added by us: waited for at exit
         self.optimizer_steps = 0  # every optimizer.step() outside a Trainer's training call
         self.clock_steps = 0
         self.trainers = 0  # Trainer training calls (fit, train) begun
@@ -384,7 +384,7 @@ def _lightning_callbacks(given: Any) -> list[Any] | None:
     if any(isinstance(c, NeuronProfilerCallback) for c in callbacks):
         return None
     callback = NeuronProfilerCallback(config=_config())
-    _adopt(callback)
+    _state.callbacks.add(callback)
     return [*callbacks, callback]
 
 
@@ -411,13 +411,8 @@ def _add_hf_callback(trainer: Any) -> None:
     if any(isinstance(c, hf_callback) for c in trainer.callback_handler.callbacks):
         return
     callback = hf_callback(config=_config())
-    _adopt(callback)
-    trainer.add_callback(callback)
-
-
-def _adopt(callback: Any) -> None:
-    """A callback autolog added: waited for at exit (its windows in MLflow by then)."""
     _state.callbacks.add(callback)
+    trainer.add_callback(callback)
 
 
 def _guarded(fn: Callable[..., Any], *args: Any) -> Any:
@@ -425,8 +420,7 @@ def _guarded(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception as exc:
-        strict = _state.config.strict if _state.config is not None else False
-        if strict:
+        if _state.config is not None and _state.config.strict:
             raise
         _warn(f"neuron-mlflow autolog: {type(exc).__name__}: {exc}; this Trainer runs unprofiled")
         return None
@@ -475,8 +469,7 @@ def _disable_hook_after(exc: Exception) -> None:
     hook, _state.hook = _state.hook, None
     if hook is not None:
         hook.remove()
-    strict = _state.config.strict if _state.config is not None else False
-    if strict:
+    if _state.config is not None and _state.config.strict:
         raise exc
     _warn(f"neuron-mlflow autolog: {type(exc).__name__}: {exc}; the training loop runs unprofiled")
 
@@ -518,7 +511,6 @@ class _Loop:
     def end(self, exc: BaseException | None, wait: bool) -> None:
         if exc is not None:
             self.attach.abort(exc)  # the window keeps its capture (incomplete)
-        self.windows.open_step = None
         self.attach.end()
         if wait:
             self.attach.wait()
@@ -541,12 +533,12 @@ def _broadcast() -> Callable[[Any], Any] | None:
     return broadcast
 
 
-def _end_loop(wait: bool) -> None:
+def _end_loop(wait: bool, exc: BaseException | None = None) -> None:
     loop, _state.loop = _state.loop, None
     if loop is not None:
         _state.last_loop = loop
         with contextlib.suppress(Exception):
-            loop.end(None, wait)
+            loop.end(exc, wait)
 
 
 # -- the end of the process --------------------------------------------------------------------
@@ -556,12 +548,8 @@ def _at_exit() -> None:
     """Hand the loop's open window over (incomplete after an uncaught exception) and wait,
     at most ``upload_timeout_s``, for the windows of the loop and of the callbacks autolog
     added; then say so once if nothing was profiled."""
-    with contextlib.suppress(Exception):
-        loop, _state.loop = _state.loop, None
-        if loop is not None:
-            _state.last_loop = loop
-            failed = getattr(sys, "last_value", None)
-            loop.end(failed if isinstance(failed, BaseException) else None, wait=True)
+    failed = getattr(sys, "last_value", None)
+    _end_loop(True, failed if isinstance(failed, BaseException) else None)
     with contextlib.suppress(Exception):
         callbacks = list(_state.callbacks)
         if callbacks:
