@@ -194,11 +194,10 @@ def profile(
         >>> prof.summary.steps
         2
     """
-    if fn is not None:
-        if not callable(fn):
-            raise TypeError(
-                f"profile() takes a function or keyword arguments only; got {fn!r}. "
-                "Use @nm.profile or @nm.profile(backend='cpu', ...)"
-            )
-        return Profiler(config, name=name, run_id=run_id, **overrides)(fn)
-    return Profiler(config, name=name, run_id=run_id, **overrides)
+    if fn is not None and not callable(fn):
+        raise TypeError(
+            f"profile() takes a function or keyword arguments only; got {fn!r}. "
+            "Use @nm.profile or @nm.profile(backend='cpu', ...)"
+        )
+    profiler = Profiler(config, name=name, run_id=run_id, **overrides)
+    return profiler if fn is None else profiler(fn)
