@@ -94,20 +94,21 @@ class FieldOption:
         return value
 
 
+def _members(annotation: Any) -> tuple[Any, ...]:
+    """The types of a union (``int | None``: ``(int, NoneType)``), else the annotation."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
 def _models(annotation: Any) -> list[type[Any]]:
     from pydantic import BaseModel
 
-    args = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
-    return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-
-
-def _is_union(annotation: Any) -> bool:
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return [a for a in _members(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
 
 
 def _kind(annotation: Any) -> str:
-    args = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
-    args = tuple(a for a in args if a is not type(None))
+    args = tuple(a for a in _members(annotation) if a is not type(None))
     if args == (bool,):
         return "bool"
     if any(typing.get_origin(a) in (tuple, list, set, frozenset) for a in args):
@@ -179,13 +180,10 @@ def build_run_parser(options: Sequence[FieldOption]) -> argparse.ArgumentParser:
         "--config", metavar="FILE", help="YAML file of ProfilerConfig fields (NEURON_MLFLOW_CONFIG)"
     )
     for option in options:
-        extra: dict[str, Any] = {}
-        parser.add_argument(
-            option.flag, dest=option.dest, metavar="VALUE", help=option.help, **extra
-        )
+        parser.add_argument(option.flag, dest=option.dest, metavar="VALUE", help=option.help)
         underscored = "--" + ".".join(option.path)
         if underscored != option.flag:  # --local_dir as in YAML works too
-            parser.add_argument(underscored, dest=option.dest, help=argparse.SUPPRESS, **extra)
+            parser.add_argument(underscored, dest=option.dest, help=argparse.SUPPRESS)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments")
     return parser
 
