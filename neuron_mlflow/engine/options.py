@@ -145,7 +145,9 @@ class Options:
         if run_id is not None:
             uri = os.environ.get("MLFLOW_TRACKING_URI") or None
         else:
-            mine_run = (run or _open_run(config)) if rank == 0 else None
+            from neuron_mlflow.engine.runs import open_run
+
+            mine_run = (run or open_run(config)) if rank == 0 else None
             if shared is not None:
                 mine_run = shared(mine_run)
             uri, run_id = mine_run or (None, None)
@@ -160,9 +162,3 @@ class Options:
             job_id=job_id,
             attached=True,
         )
-
-
-def _open_run(config: ProfilerConfig) -> tuple[str | None, str | None]:
-    from neuron_mlflow.engine.runs import open_run
-
-    return open_run(config)

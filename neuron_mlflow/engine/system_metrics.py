@@ -80,7 +80,6 @@ class SystemMetrics:
         self._tracking_uri = tracking_uri
         self._waiting: list[Sample] = []
         self._lock = threading.Lock()
-        self.logged = 0
         self.sampler = NeuronMonitorSampler(self._log, period_s=config.neuron.monitor_period_s)
 
     def start(self) -> bool:
@@ -105,7 +104,6 @@ class SystemMetrics:
         metrics = [Metric(key, value, ts, step) for key, value, ts, step in batch]
         for i in range(0, len(metrics), CHUNK):
             client.log_batch(run_id, metrics=metrics[i : i + CHUNK], synchronous=True)
-        self.logged += len(metrics)
 
     def needs_run(self) -> bool:
         """True while samples wait for a run that is not known yet (the session's own run,
