@@ -1,10 +1,11 @@
 """The skew across ranks of one window, computed by rank 0's worker from the ranks' metrics.
 
 Every rank's worker logs its own ``P/rank/<r>/device_time_us`` (or ``cpu_time_us``) and
-``P/rank/<r>/wall_time_us`` into the job's run. Rank 0's worker then reads them back and logs
-``P/rank/max_over_median_time``: the slowest rank's time over the median rank's, at the
-window's metric step (1.0: balanced; 1.5: one rank takes half as long again as the typical
-one). Nothing here runs on a training thread, and no rank waits for another.
+``P/rank/<r>/wall_time_us`` into the job's run. Rank 0's worker then reads back the device
+times (else the CPU times; not the wall times) and logs ``P/rank/max_over_median_time``:
+the slowest rank's time over the median rank's, at the window's metric step (1.0: balanced;
+1.5: one rank takes half as long again as the typical one). Nothing here runs on a training
+thread, and no rank waits for another.
 
 Example:
     >>> skew_of([100.0, 110.0, 150.0])

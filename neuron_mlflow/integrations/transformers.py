@@ -174,8 +174,10 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         **kwargs: Any,
     ) -> None:  # fmt: skip
         windows = self._train
-        if windows is not None and not windows.end_quiet():
-            self._guard(windows.end, state.global_step)
+        if windows is not None:
+            windows.next_step = state.global_step  # the heartbeat's step (`capture` reads it)
+            if not windows.end_quiet():
+                self._guard(windows.end, state.global_step)
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -183,7 +185,6 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
     ) -> None:  # fmt: skip
         windows = self._train
         if windows is not None:
-            windows.next_step = state.global_step  # (the step hooks count by global_step)
             self._guard(windows.finish)  # a window cut short: partial
         self._training = False
         # hand over to the worker, nothing of ours stays; an evaluation still open (it raised

@@ -251,3 +251,15 @@ def test_ranks_not_selected_do_not_capture(tracking_uri) -> None:
     assert callback.wait()  # nothing to wait for: this rank captured nothing
     assert not any(k.startswith("profile/train") for k in metrics(logger.run_id))
     assert list(Spool("neuron_mlflow_traces").windows()) == []
+
+
+def test_every_hook_in_the_stage_table_is_a_lightning_hook_the_callback_defines() -> None:
+    from lightning.pytorch import Callback
+
+    from neuron_mlflow.integrations.stage_table import STAGE_HOOKS
+
+    for row in STAGE_HOOKS:
+        for hook in (row.start, row.batch_start, row.batch_end, row.end):
+            assert hasattr(Callback, hook), f"{hook} is not a Lightning hook"
+            assert hook in vars(nm.NeuronProfilerCallback), f"the callback lacks {hook}"
+        assert hasattr(Trainer, row.planned), f"Trainer has no {row.planned}"

@@ -269,3 +269,27 @@ def test_two_ranks_under_torchrun_log_into_the_mlflow_callbacks_run(tracking_uri
         assert any(f.startswith(f"profile/train/step_000001-000002/traces/rank_{rank}/")
                    for f in files)  # fmt: skip
     assert run.data.tags["neuron_mlflow.world_size"] == "2"
+
+
+def test_the_heartbeat_follows_the_training_steps(experiment, tmp_path) -> None:
+    """`neuron-mlflow capture` picks a request's start from the heartbeat's step and rate:
+    they follow the Trainer's steps (they stayed at the first step, so a request went to a
+    past step and was refused)."""
+    import json
+    import time
+
+    class Slow(TrainerCallback):
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            time.sleep(0.05)
+
+    callback = nm.HfProfilerCallback(
+        schedule=nm.Schedule(skip_first=10**6), backend="cpu", poll_s=0.05
+    )  # no window: only the watcher
+    trainer = _trainer([callback, Slow()], tmp_path, max_steps=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nm.NeuronMlflowWarning)  # (the plan: no window)
+        trainer.train()
+    (run,) = _runs(experiment)
+    beat = json.loads(run.data.tags["neuron_mlflow.capture.heartbeat.rank.0"])
+    assert beat["step"] >= 15, beat
+    assert metric_history(run.info.run_id, "system/step_time_s"), "rank 0 logs its step time"
