@@ -343,9 +343,7 @@ def compare_profiles(
         if r.run_id != base.run_id
     }
     op_field = "self_device_us" if time_metric == "device_time_us" else "self_cpu_us"
-    names = list(base.ops)
-    names.sort(key=lambda n: -base.ops[n].get(op_field, 0.0))
-    names = names[:top]
+    names = sorted(base.ops, key=lambda n: -base.ops[n].get(op_field, 0.0))[:top]
     for r in runs:
         extra = sorted(
             (n for n in r.ops if n not in base.ops),
@@ -832,12 +830,13 @@ def render_seed_table(c: Comparison) -> str:
         >>> print(render_seed_table(compare_profiles([a, a])).splitlines()[6])
         | naive | n/a | 125.0 | 6 | - | baseline | - |
     """
+    label = METRIC_LABELS.get(c.time_metric, c.time_metric)
     lines = [f"Result: {c.outcome.result} ({c.statistic})" if c.outcome else "Result: -", ""]
     lines += [
-        f"Per variant, the {STATISTIC} (us per step; {c.statistic.split(',')[0]} decides):",
+        f"Per variant, the {STATISTIC} (us per step; {label} decides):",
         "",
         "| variant | device time (us) | self CPU (us) | op calls | wall time (us) "
-        f"| {METRIC_LABELS.get(c.time_metric, c.time_metric)} vs baseline | verdict |",
+        f"| {label} vs baseline | verdict |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in c.runs:

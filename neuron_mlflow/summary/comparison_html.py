@@ -61,7 +61,7 @@ LABELS = {m: f"{METRIC_LABELS[m]} per step" for m in SAMPLED}
 def _value(metric: str, value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:g}" if metric in ("op_calls", "calls", "steps") else format_us(value)
+    return f"{value:g}" if metric == "op_calls" else format_us(value)
 
 
 def _bar(

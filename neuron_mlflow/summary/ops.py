@@ -213,10 +213,7 @@ def build_summary(
                 flops=op.flops / steps if op.flops is not None else None,
             )
         )
-    if device_total is not None:
-        ops.sort(key=lambda o: (-(o.self_device_us or 0.0), -o.self_cpu_us, o.name))
-    else:
-        ops.sort(key=lambda o: (-o.self_cpu_us, o.name))
+    ops.sort(key=lambda o: (-(o.self_device_us or 0.0), -o.self_cpu_us, o.name))
     return OpSummary(
         steps=steps,
         wall_time_us=wall_time_us / steps,
