@@ -132,7 +132,8 @@ def analyze_window(
         trace_dir: the window's Neuron output (the profile tree).
         out_dir: where ``neuron_summary.json`` goes (the window's artifact folder).
         mode: ``neuron.explorer_summary``: ``auto``, ``always`` or ``never``.
-        instance_type: a hint (e.g. from neuron-monitor's ``instance_info``).
+        instance_type: a hint for when the Explorer summary names none (default: this
+            host's, :func:`~neuron_mlflow.capture.backends.neuron_peaks.host_instance_type`).
     """
     analysis = DeviceAnalysis(summary, device_busy_pct=device_busy_pct)
     data = _explorer(analysis, prefix, trace_dir, out_dir, mode)

@@ -9,9 +9,9 @@ as the documentation derives it (Trn2 BF16: 667 / 4 = 166.8 per LNC=2 core). The
 TensorEngine figures of the core pages (Trn2 BF16 79) do not multiply to the chip figure;
 the chip figure is used.
 
-The instance type comes from the Explorer summary's ``instance_type``, neuron-monitor's
-``instance_info``, or ``/sys/devices/virtual/dmi/id/product_name`` (EC2 writes the
-instance type there), in that order; LNC from ``NEURON_LOGICAL_NC_CONFIG``, else the
+The instance type comes from the Explorer summary's ``instance_type``, else
+``/sys/devices/virtual/dmi/id/product_name`` (EC2 writes the instance type there; the
+worker summarises on the training host); LNC from ``NEURON_LOGICAL_NC_CONFIG``, else the
 family's default.
 
 Example:
