@@ -67,3 +67,24 @@ def test_train_recipe_profiles_train_and_validate(tracking_uri) -> None:
     assert run.data.metrics["profile/train/steps"] == 2
     assert run.data.metrics["profile/validate/steps"] == 2
     assert "train_loss" in run.data.metrics and "val_loss" in run.data.metrics
+
+
+@pytest.mark.slow
+def test_the_compare_entry_point_gives_the_jobs_verdicts(tracking_uri) -> None:
+    """`mlflow run . -e compare` with its defaults: the job's own verdicts, no gate (its
+    default once made every verdict "no change": the gate is also the verdicts' margin)."""
+    import shlex
+
+    import yaml
+
+    _run_recipe(tracking_uri, "naive,rms_norm", "recipe-compare")
+    entry = yaml.safe_load((ROOT / "MLproject").read_text())["entry_points"]["compare"]
+    values = {name: spec["default"] for name, spec in entry["parameters"].items()}
+    values["experiment"] = "recipe-compare"
+    command = shlex.split(entry["command"].format(**values))
+    assert command[0] == "python"
+    out = run_python(command[1:], tracking_uri)
+    client = MlflowClient(tracking_uri)
+    parent, _ = parent_and_children(client, "recipe-compare")
+    result = client.get_run(parent).data.tags["result"]  # the job's one answer
+    assert out.startswith(f"Result: {result} ("), (result, out[:300])

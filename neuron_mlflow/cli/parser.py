@@ -76,11 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--top", type=int, default=20, metavar="N", help="ops shown (20)")
     compare.add_argument(
         "--fail-above",
-        type=float,
+        type=percentage,
         metavar="PCT",
         help=(
             "exit 1 when the interval of the headline time's ratio lies wholly above "
-            "1 + PCT/100 (exit 3 when it cannot be decided); also the verdicts' margin"
+            "1 + PCT/100 (exit 3 when it cannot be decided); also the verdicts' margin; "
+            "'off': no gate (the default)"
         ),
     )
     compare.add_argument(
@@ -215,3 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--prefix", default="profile", metavar="P", help="metric prefix")
     ingest.add_argument("--local-dir", default=None, help="spool folder")
     return parser
+
+
+def percentage(text: str) -> float | None:
+    """``--fail-above``'s value: a percentage, or ``off`` (no gate, as when it is not given:
+    what ``MLproject``'s ``compare`` passes by default).
+
+    Example:
+        >>> percentage("5"), percentage("off")
+        (5.0, None)
+    """
+    if text == "off":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage (e.g. 5) or off") from None
