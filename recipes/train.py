@@ -128,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     if "train" in summaries:
         client.log_metric(run, "train_step_ms", summaries["train"].wall_time_us / 1000)
     uri = mlflow.get_tracking_uri()
-    experiment_id = client.get_run(run).info.experiment_id
-    print(f"{result}; run {name!r} ({run})")
+    info = client.get_run(run).info  # (under `mlflow run` the run and its name were made)
+    experiment_id = info.experiment_id
+    print(f"{result}; run {info.run_name!r} ({run})")
     runs = f"#/experiments/{experiment_id}/runs"
     if uri.startswith(("http://", "https://")):
         print(f"See it in the UI: open {uri.rstrip('/')}/{runs}")

@@ -48,22 +48,23 @@ def test_rmsnorm_recipe_all_three_variants(tracking_uri) -> None:
 
 
 @pytest.mark.slow
-def test_train_recipe_profiles_train_and_validate(tracking_uri) -> None:
+@pytest.mark.parametrize("under_mlflow_run", [False, True])
+def test_train_recipe_profiles_train_and_validate(tracking_uri, under_mlflow_run) -> None:
     args = ["--steps", "8", "--batch-size", "4", "--wait", "1", "--warmup", "1", "--active", "2"]
-    run_python(
-        [
-            str(ROOT / "recipes" / "train.py"),
-            *args,
-            "--backend",
-            "cpu",
-            "--experiment",
-            "train-recipe",
-        ],
-        tracking_uri,
-    )
     client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name("train-recipe")
+    name = f"train-recipe-{under_mlflow_run}"
+    env = {}
+    if under_mlflow_run:  # `mlflow run` makes the run (and its name) and passes its id
+        made = client.create_run(client.create_experiment(name), run_name="bold-gnat-951")
+        env["MLFLOW_RUN_ID"] = made.info.run_id
+    out = run_python(
+        [str(ROOT / "recipes" / "train.py"), *args, "--backend", "cpu", "--experiment", name],
+        tracking_uri,
+        **env,
+    )
+    experiment = client.get_experiment_by_name(name)
     (run,) = client.search_runs([experiment.experiment_id])
+    assert f"; run {run.info.run_name!r} ({run.info.run_id})" in out, out  # the name it has
     assert run.data.metrics["profile/train/steps"] == 2
     assert run.data.metrics["profile/validate/steps"] == 2
     assert "train_loss" in run.data.metrics and "val_loss" in run.data.metrics
