@@ -6,7 +6,8 @@ the fields the trace engine reads) and handed to the caller, so the whole file i
 as Python objects. Top-level keys other than ``traceEvents`` (``distributedInfo``,
 ``deviceProperties``, ...) are kept as metadata, in whatever order they appear. A truncated or
 malformed file raises :class:`TraceFormatError` naming the file and the byte offset (in the
-uncompressed file).
+uncompressed file); a gzip stream that ends early is read up to where it ends and reported
+as truncated there.
 
 Example:
     >>> import json, tempfile
@@ -23,9 +24,12 @@ Example:
 
 from __future__ import annotations
 
+import codecs
 import gzip
+import io
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,6 +43,9 @@ _SPACE = re.compile(r"[\s]*")
 _NEXT_EVENT = re.compile(r"\s*,\s*\{")
 _DECODER = json.JSONDecoder()
 
+
+_BAD_TRACE = "the file is truncated or not a Chrome/Kineto JSON trace"
+"""The end of a format error's message, unless a more precise hint replaces it."""
 
 NO_RAW = msgspec.Raw(b"")
 """An absent raw field (falsy)."""
@@ -101,6 +108,13 @@ def open_trace(path: Path) -> TextIO:
     return path.open("r", encoding="utf-8")
 
 
+def _open_bytes(path: Path) -> io.BufferedIOBase:
+    """Open ``path`` for reading bytes, decompressing ``.gz``."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    return path.open("rb")
+
+
 def _utf8_length(text: str) -> int:
     """Length of ``text`` in UTF-8 bytes (no copy for ASCII, the usual case)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -161,38 +175,75 @@ class TraceStream:
         self._base = 0  # bytes of the uncompressed file before the buffer
         self._chars = 0  # characters before the buffer
         self._eof = False
-        self._file: TextIO | None = None
+        self._file: io.BufferedIOBase | None = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._failure: tuple[str, str] | None = None  # why the data ended early, and a hint
 
     # -- buffer -------------------------------------------------------------------------
 
-    def _fill(self) -> bool:
+    def _read(self) -> str:
+        """The next piece of text (up to about ``CHUNK_CHARS`` bytes); "" at the end.
+
+        Bytes are read with ``read1`` so that what a gzip stream gave before it broke off
+        is kept: the failure is remembered and raised by :meth:`_fill` once that text is
+        used up, at the offset the data reached.
+        """
         assert self._file is not None
-        try:
-            more = self._file.read(CHUNK_CHARS)
-        except (EOFError, OSError, UnicodeDecodeError) as exc:  # truncated or corrupt gzip
-            raise self._error(f"unreadable data ({type(exc).__name__}: {exc})") from None
+        while True:
+            pieces: list[bytes] = []
+            size = 0
+            if self._failure is None:
+                try:
+                    while size < CHUNK_CHARS:
+                        piece = self._file.read1(CHUNK_CHARS - size)
+                        if not piece:
+                            break
+                        pieces.append(piece)
+                        size += len(piece)
+                except EOFError:  # the gzip stream ends before its end-of-stream marker
+                    self._failure = (
+                        "truncated file: its compressed (gzip) stream ends early, cutting the "
+                        "data off",
+                        "the trace is incomplete (written or copied only in part?)",
+                    )
+                except (OSError, zlib.error) as exc:  # corrupt gzip data
+                    self._failure = (f"unreadable data ({type(exc).__name__}: {exc})", _BAD_TRACE)
+            try:
+                # final only at a clean end: a character cut off by a failure is no error
+                text = self._decoder.decode(b"".join(pieces), final=not (pieces or self._failure))
+            except UnicodeDecodeError as exc:
+                raise self._error(f"unreadable data ({type(exc).__name__}: {exc})") from None
+            if text or not pieces:
+                return text
+
+    def _fill(self) -> bool:
+        more = self._read()
         self._base += _utf8_length(self._text[: self._pos])
         self._chars += self._pos
         self._text = self._text[self._pos :] + more
         self._pos = 0
         if not more:
+            if self._failure is not None:  # at the offset where the data stops
+                what, hint = self._failure
+                raise self._error(what, len(self._text), hint)
             self._eof = True
         return bool(more)
 
-    def _error(self, what: str, at: int | None = None) -> TraceFormatError:
+    def _error(self, what: str, at: int | None = None, hint: str = "") -> TraceFormatError:
         offset = self._base + _utf8_length(self._text[: self._pos if at is None else at])
         return TraceFormatError(
             f"{self.path}: {what} at byte offset {offset} (of the uncompressed file); "
-            "the file is truncated or not a Chrome/Kineto JSON trace"
+            f"{hint or _BAD_TRACE}"
         )
 
-    def _peek(self) -> str:
+    def _peek(self, at_end: str = "unexpected end of file") -> str:
+        """The next character that is not white space; ``at_end`` names a clean end."""
         while True:
             self._pos = _SPACE.match(self._text, self._pos).end()  # type: ignore[union-attr]
             if self._pos < len(self._text):
                 return self._text[self._pos]
             if not self._fill():
-                raise self._error("unexpected end of file")
+                raise self._error(at_end)
 
     def _expect(self, char: str) -> None:
         if self._peek() != char:
@@ -240,7 +291,8 @@ class TraceStream:
         slow_until = -1  # one event at a time until the buffer passes this offset
         while True:  # the buffer position is at the next event's first character
             if self._chars + self._pos >= slow_until:
-                if len(self._text) - self._pos < CHUNK_CHARS // 2 and not self._eof:
+                more = not (self._eof or self._failure)  # a failure waits for the slow path
+                if more and len(self._text) - self._pos < CHUNK_CHARS // 2:
                     self._fill()
                 cut = self._last_boundary()
                 if cut > 0:
@@ -277,12 +329,9 @@ class TraceStream:
 
         In typed mode an entry is ``None`` where an event's times are not numbers.
         """
-        with open_trace(self.path) as handle:
+        with _open_bytes(self.path) as handle:
             self._file = handle
-            try:
-                first = self._peek()
-            except TraceFormatError:
-                raise self._error("empty file") from None
+            first = self._peek("empty file")  # a broken file keeps its own reason
             if first == "[":
                 yield from self._batches()
                 return

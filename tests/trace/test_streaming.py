@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import tracemalloc
+import zlib
 from collections import defaultdict, deque
 from pathlib import Path
 
@@ -231,3 +232,59 @@ def test_a_malformed_event_is_reported_at_its_byte_offset(tmp_path, monkeypatch,
     at = len(head.encode()) + bad.index(",,") + 1  # the second comma
     with pytest.raises(trace_reader.TraceFormatError, match=rf"bad\.json: .* byte offset {at} "):
         list(TraceStream(path, typed=True))
+
+
+def _cut_gzip(data: bytes) -> bytes:
+    """A gzip stream that holds exactly ``data`` and then breaks off (no end marker)."""
+    packer = zlib.compressobj(wbits=31)
+    return packer.compress(data) + packer.flush(zlib.Z_SYNC_FLUSH)
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 20])
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_cut_gzip_stream_is_truncated_at_the_offset_its_data_reaches(
+    tmp_path, monkeypatch, chunk, typed
+) -> None:
+    monkeypatch.setattr(trace_reader, "CHUNK_CHARS", chunk)
+    events = [{"ph": "X", "name": f"op {i}", "ts": i, "dur": 1} for i in range(200)]
+    text = json.dumps({"traceEvents": events}).encode()
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(_cut_gzip(text[:3000]))
+    stream = TraceStream(path, typed=typed)
+    seen = []
+    with pytest.raises(
+        trace_reader.TraceFormatError,
+        match=r"cut\.json\.gz: truncated file: .* at byte offset 3000 .*incomplete",
+    ):
+        seen.extend(stream)
+    assert 0 < len(seen) < len(events)  # the events before the cut were read
+
+
+def test_a_gzip_stream_cut_inside_a_character_is_truncated_not_undecodable(tmp_path) -> None:
+    event = {"ph": "X", "name": "ünïcödé", "ts": 1}
+    text = json.dumps({"traceEvents": [event]}, ensure_ascii=False).encode()
+    at = text.index("ï".encode()) + 1  # between the two bytes of 'ï'
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(_cut_gzip(text[:at]))
+    with pytest.raises(
+        trace_reader.TraceFormatError, match=rf"truncated file: .* byte offset {at - 1} "
+    ):
+        list(TraceStream(path))
+
+
+def test_a_gzip_file_cut_in_its_header_is_truncated_at_offset_0(tmp_path) -> None:
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": []}')[:5])
+    with pytest.raises(trace_reader.TraceFormatError, match=r"truncated file: .* offset 0 "):
+        list(TraceStream(path))
+
+
+def test_damaged_gzip_data_is_unreadable_not_empty(tmp_path) -> None:
+    data = bytearray(gzip.compress(json.dumps({"traceEvents": []}).encode() * 50))
+    data[20:40] = b"\xff" * 20
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        trace_reader.TraceFormatError, match=r"unreadable data \((error|OSError|BadGzipFile)"
+    ):
+        list(TraceStream(path))

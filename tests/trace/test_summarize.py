@@ -6,6 +6,8 @@ import gzip
 import json
 import logging
 import os
+import re
+import zlib
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,42 @@ def test_truncated_file_names_the_file_and_offset(tmp_path, capsys) -> None:
         summarize_trace(cut)
     assert main(["summarize", str(cut)]) == 2
     assert "cut.json" in capsys.readouterr().err
+
+
+def _live_trace(path: Path) -> None:
+    """A CPU profile of a small model, exported by torch as a Chrome trace at ``path``."""
+    x, w = inputs(64)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(3):
+            model(rmsnorm_naive(x, w)).sum().backward()
+    prof.export_chrome_trace(str(path))
+
+
+def test_a_cut_gzip_trace_is_reported_truncated_where_its_data_ends(tmp_path, capsys) -> None:
+    # The newcomer's `head -c 3000 trace.json.gz > cut.json.gz`: the cut stream decompresses
+    # to thousands of bytes before it breaks off; it was reported as an empty file at 0.
+    _live_trace(tmp_path / "live.json")
+    whole = gzip.compress((tmp_path / "live.json").read_bytes())
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(whole[:3000])
+    reached = len(zlib.decompressobj(wbits=31).decompress(cut.read_bytes()))
+    assert reached > 3000
+    want = rf"cut\.json\.gz: truncated file: .*gzip.* ends early.* at byte offset {reached} "
+    with pytest.raises(TraceFormatError, match=want):
+        summarize_trace(cut)
+    assert main(["summarize", str(cut)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(want, err), err
+    assert "empty file" not in err
+
+
+@pytest.mark.parametrize("name", ["empty.json", "empty.json.gz"])
+def test_an_empty_file_is_still_an_empty_file(tmp_path, name) -> None:
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(b"") if name.endswith(".gz") else b"")
+    with pytest.raises(TraceFormatError, match=r"empty file at byte offset 0 "):
+        summarize_trace(path)
 
 
 def test_tolerates_odd_but_valid_events(tmp_path) -> None:
