@@ -6,8 +6,12 @@ summary of a trace file, without MLflow), ``ingest`` (trace files into MLflow), 
 (ask a running job for a window: :mod:`neuron_mlflow.cli.capture`, with its own exit codes),
 ``run`` (any command, profiled: :mod:`neuron_mlflow.cli.run`; the command's exit code).
 Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
-``--fail-above``), 2 bad usage (including unknown runs and runs without profile metrics),
-3 ``compare --fail-above``: insufficient data to decide (unless ``--allow-insufficient``).
+``--fail-above``; the tracking server cannot be reached, or MLflow fails), 2 bad usage
+(including unknown runs, runs without profile metrics, a ``--local-dir`` that is not a
+folder), 3 ``compare --fail-above``: insufficient data to decide (unless
+``--allow-insufficient``). Verbs that read MLflow check first that the tracking server
+answers (:func:`~neuron_mlflow.sinks.reachability.check_reachable`, a few seconds at most)
+and bound MLflow's HTTP retries, so a server that is down is one line and exit 1 at once.
 Results go to stdout, diagnostics to stderr.
 
 Example:
@@ -43,6 +47,40 @@ EXIT_INSUFFICIENT = 3  # compare --fail-above could not decide
 
 
 TRACE_SHAPE = "a Chrome/Kineto trace is JSON text (.json, or gzip-compressed .json.gz)"
+
+
+def _unreachable(verb: str) -> bool:
+    """Check that the tracking server answers (short, cached); when it does not, say so in
+    one line on stderr and return True (the verb then exits 1)."""
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+    from neuron_mlflow.sinks.reachability import check_reachable
+
+    try:
+        check_reachable(current_tracking_uri())
+    except ConnectionError as exc:
+        print(f"neuron-mlflow {verb}: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
+def _mlflow_failed(verb: str, exc: Exception) -> int:
+    """One line on stderr for an MLflow call that failed (not an unknown id); exit 1."""
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+
+    why = " ".join(str(exc).split())
+    uri = current_tracking_uri()
+    print(f"neuron-mlflow {verb}: MLflow failed at {uri}: {why}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def _not_a_spool(local_dir: str) -> str | None:
+    """Why ``--local-dir`` cannot be a spool folder (it does not exist, or is a file)."""
+    path = Path(local_dir)
+    if not path.exists():
+        return f"--local-dir {local_dir}: not a spool folder (it does not exist)"
+    if not path.is_dir():
+        return f"--local-dir {local_dir}: not a spool folder (it is not a folder)"
+    return None
 
 
 def _not_a_trace(path: Path) -> str | None:
@@ -178,9 +216,12 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _download(args: argparse.Namespace) -> int:
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
     from neuron_mlflow.sinks.download import DownloadError, print_download
 
+    if _unreachable("download"):
+        return EXIT_FAILURE
     try:
         code = print_download(
             MlflowClient(), args.run_id, args.window, Path(args.dest), sys.stdout, args.open
@@ -188,6 +229,8 @@ def _download(args: argparse.Namespace) -> int:
     except DownloadError as exc:
         print(f"neuron-mlflow download: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except MlflowException as exc:
+        return _mlflow_failed("download", exc)
     return EXIT_OK if code == 0 else EXIT_FAILURE
 
 
@@ -268,12 +311,16 @@ def _expand(client: Any, run_ids: Sequence[str]) -> list[_Unit]:
     """The runs given by hand, a job's parent run replaced by its variants."""
     from mlflow.exceptions import MlflowException
 
+    from neuron_mlflow.sinks.profiles import is_not_found
+
     units: list[_Unit] = []
     for run_id in run_ids:
         try:
             run = client.get_run(run_id)
-        except MlflowException:  # unknown: load_profile says so
-            units.append(_Unit(run_id))
+        except MlflowException as exc:
+            if not is_not_found(exc):
+                raise
+            units.append(_Unit(run_id))  # unknown: load_profile says so
             continue
         units += _variants(client, run) or [_Unit(run_id, run=run, job=run)]
     return units
@@ -382,13 +429,25 @@ def _compare(args: argparse.Namespace) -> int:
     import logging
 
     from mlflow import MlflowClient  # configures MLflow's loggers: quieten them after
+    from mlflow.exceptions import MlflowException
 
+    from neuron_mlflow.sinks.reachability import bounded_http
+
+    bad = _bad_compare_options(args)
+    if bad:
+        print(f"neuron-mlflow compare: {bad}", file=sys.stderr)
+        return EXIT_USAGE
+    if _unreachable("compare"):
+        return EXIT_FAILURE
     logger = logging.getLogger("mlflow")
     before = logger.level
     if "MLFLOW_LOGGING_LEVEL" not in os.environ:  # MLflow's own switch; set it to see INFO
         logger.setLevel(max(before, logging.WARNING))  # e.g. a new store's "Creating tables"
     try:
-        return _compare_runs(args, MlflowClient())
+        with bounded_http():
+            return _compare_runs(args, MlflowClient())
+    except MlflowException as exc:  # not an unknown run (load_profile says that): a failure
+        return _mlflow_failed("compare", exc)
     finally:
         logger.setLevel(before)
 
@@ -404,10 +463,6 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
         undecided,
     )
 
-    bad = _bad_compare_options(args)
-    if bad:
-        print(f"neuron-mlflow compare: {bad}", file=sys.stderr)
-        return EXIT_USAGE
     try:
         sides = _sides(args, client)
         if len(sides) < 2:
@@ -477,6 +532,11 @@ def _sync(args: argparse.Namespace) -> int:
     from neuron_mlflow.engine.sync import sync_pending
 
     local_dir = args.local_dir or str(ProfilerConfig().local_dir)
+    problem = _not_a_spool(local_dir)
+    if problem is not None and (args.local_dir or Path(local_dir).exists()):
+        # a folder named by hand must be there; the default one may not exist yet
+        print(f"neuron-mlflow sync: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         report = sync_pending(local_dir, include_incomplete=args.include_incomplete)
     except ConnectionError as exc:

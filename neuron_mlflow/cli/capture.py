@@ -6,9 +6,12 @@ the job reads it within its ``poll_s`` (:mod:`neuron_mlflow.engine.capture_reque
 ranks' heartbeat tags) plus the steps of ``2 x poll_s``, rounded up to a multiple of
 ``--roundup``: every rank reads the request before that step, so all start on it.
 
+The tracking server is checked first (a few seconds at most) and MLflow's HTTP retries are
+bounded, so a server that is down is one line and exit 1 at once.
+
 Exit codes: 0 the request is written (with ``--wait``: every rank's window is in the run),
-1 MLflow failed or a window failed, 2 bad usage (unknown run, bad numbers), 3 refused by a
-rank (the reason is printed), 4 ``--wait`` timed out.
+1 MLflow failed (or cannot be reached) or a window failed, 2 bad usage (unknown run, bad
+numbers), 3 refused by a rank (the reason is printed), 4 ``--wait`` timed out.
 """
 
 from __future__ import annotations
@@ -91,7 +94,9 @@ def _next_heartbeats(
 def run_capture(args: argparse.Namespace) -> int:
     """The ``capture`` verb (see the module docstring)."""
     from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
+
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+    from neuron_mlflow.sinks.reachability import bounded_http, check_reachable
 
     for name, low in (("steps", 1), ("warmup", 0), ("at_step", 0), ("roundup", 1)):
         value = getattr(args, name)
@@ -99,14 +104,28 @@ def run_capture(args: argparse.Namespace) -> int:
             print(f"neuron-mlflow capture: --{name.replace('_', '-')}={value}: need >= {low}",
                   file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
-    client = MlflowClient()
+    try:
+        check_reachable(current_tracking_uri())
+    except ConnectionError as exc:
+        print(f"neuron-mlflow capture: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    with bounded_http():
+        return _capture(MlflowClient(), args)
+
+
+def _capture(client: Any, args: argparse.Namespace) -> int:
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+    from neuron_mlflow.sinks.profiles import is_not_found
+
     try:
         run = client.get_run(args.run_id)
-    except MlflowException as exc:
-        print(f"neuron-mlflow capture: unknown run {args.run_id!r}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except Exception as exc:
-        print(f"neuron-mlflow capture: cannot reach MLflow: {exc}", file=sys.stderr)
+        why = " ".join(str(exc).split())
+        if is_not_found(exc):
+            print(f"neuron-mlflow capture: unknown run {args.run_id!r}: {why}", file=sys.stderr)
+            return EXIT_USAGE
+        uri = current_tracking_uri()
+        print(f"neuron-mlflow capture: MLflow failed at {uri}: {why}", file=sys.stderr)
         return EXIT_FAILURE
     beats = heartbeats(run.data.tags)
     if args.at_step is None and beats and not any(b.get("steps_per_s") for b in beats.values()):

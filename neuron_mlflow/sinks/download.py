@@ -16,7 +16,9 @@ in this order:
    ``.ntff`` with the only ``.neff`` of its folder. Empty ``.ntff`` files (cores that a
    process opened but did not use) are skipped.
 
-For torch traces: open them in Perfetto.
+For torch traces (any file the trace reader takes: ``*.pt.trace.json[.gz]``, or a
+``.json``/``.json.gz`` file that holds ``traceEvents``, such as one that ``ingest`` logged
+under its own name): open them in Perfetto.
 
 Example:
     >>> viewer_commands(Path("/nowhere"))
@@ -25,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shlex
@@ -33,6 +36,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, TextIO
 
+from neuron_mlflow.capture.profile_reader import TRACE_SUFFIXES
 from neuron_mlflow.errors import DownloadError
 
 _WINDOW = re.compile(r"^step_\d{6}-(\d{6})$")
@@ -149,6 +153,26 @@ def _device_pairs(root: Path, label: str) -> list[str]:
     return commands
 
 
+_NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
+
+
+def _is_trace(path: Path) -> bool:
+    """A torch/Chrome trace file by its name (``*.pt.trace.json[.gz]``), or a ``.json`` /
+    ``.json.gz`` file whose start holds ``"traceEvents"`` (or a bare JSON array of events)."""
+    name = path.name
+    if not path.is_file() or not name.endswith(TRACE_SUFFIXES) or name in _NOT_TRACES:
+        return False
+    if name.endswith(TRACE_SUFFIXES[:2]):
+        return True
+    opener: Any = gzip.open if name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+            head = handle.read(1 << 16)
+    except (OSError, EOFError):
+        return False
+    return '"traceEvents"' in head or head.lstrip().startswith("[")
+
+
 def viewer_commands(root: Path, label: str = "profile") -> list[str]:
     """Commands that open the traces under ``root``: per rank, all ranks, device-only pairs.
 
@@ -174,7 +198,7 @@ def viewer_commands(root: Path, label: str = "profile") -> list[str]:
     per_rank, together = _system_commands(root, label)
     commands = [*per_rank, *together, *_device_pairs(root, label)]
     if not commands:
-        for trace in sorted(root.rglob("*.pt.trace.json*")):
+        for trace in sorted(p for p in root.rglob("*.json*") if _is_trace(p)):
             commands.append(f"# open {trace} at https://ui.perfetto.dev")
     return commands
 
@@ -185,20 +209,31 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
     Returns:
         ``(window path, local traces folder)``.
 
+    MLflow's HTTP retries are bounded and its download progress bars are off meanwhile.
+
     Raises:
         DownloadError: the run or window does not exist, or the window has no traces.
+        MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
     """
     from mlflow.exceptions import MlflowException
 
-    try:
-        client.get_run(run_id)
-    except MlflowException as exc:
-        raise DownloadError(f"run {run_id!r} was not found at {client.tracking_uri}") from exc
-    chosen = pick_window(list_windows(client, run_id), window)
-    if not client.list_artifacts(run_id, f"{chosen}/traces"):
-        raise DownloadError(f"window {chosen!r} has no traces (logged with upload_traces=False?)")
-    dest.mkdir(parents=True, exist_ok=True)
-    local = client.download_artifacts(run_id, f"{chosen}/traces", str(dest))
+    from neuron_mlflow.sinks.profiles import is_not_found, quiet_downloads
+    from neuron_mlflow.sinks.reachability import bounded_http
+
+    with bounded_http(), quiet_downloads():
+        try:
+            client.get_run(run_id)
+        except MlflowException as exc:
+            if not is_not_found(exc):
+                raise
+            raise DownloadError(f"run {run_id!r} was not found at {client.tracking_uri}") from exc
+        chosen = pick_window(list_windows(client, run_id), window)
+        if not client.list_artifacts(run_id, f"{chosen}/traces"):
+            raise DownloadError(
+                f"window {chosen!r} has no traces (logged with upload_traces=False?)"
+            )
+        dest.mkdir(parents=True, exist_ok=True)
+        local = client.download_artifacts(run_id, f"{chosen}/traces", str(dest))
     return chosen, Path(local)
 
 
@@ -218,6 +253,7 @@ def print_download(
 
     Raises:
         DownloadError: the run or window does not exist, or the window has no traces.
+        MlflowException: MLflow failed otherwise.
     """
     chosen, local = download_window(client, run_id, window, dest)
     window_name = chosen.rsplit("/", 1)[-1]

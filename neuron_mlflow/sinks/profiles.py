@@ -63,6 +63,27 @@ def quiet_downloads() -> Iterator[None]:
             os.environ[name] = before
 
 
+def is_not_found(exc: BaseException) -> bool:
+    """Whether an MLflow error says that the thing asked for does not exist (error code
+    ``RESOURCE_DOES_NOT_EXIST``); any other error (a server that fails or cannot be reached)
+    is a failure, not a wrong id.
+
+    Example:
+        >>> from mlflow.exceptions import MlflowException
+        >>> from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+        >>> is_not_found(MlflowException("gone", error_code=RESOURCE_DOES_NOT_EXIST))
+        True
+        >>> is_not_found(MlflowException("API request failed"))  # INTERNAL_ERROR
+        False
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+
+    return isinstance(exc, MlflowException) and exc.error_code == ErrorCode.Name(
+        RESOURCE_DOES_NOT_EXIST
+    )
+
+
 def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
     """The metric prefixes ``P`` of a run: every ``P`` with a ``P/op_calls`` metric.
 
@@ -219,12 +240,15 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
 
     Raises:
         CompareError: the run does not exist or has no profile metrics.
+        MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
     """
     from mlflow.exceptions import MlflowException
 
     try:
         run = client.get_run(run_id)
     except MlflowException as exc:
+        if not is_not_found(exc):
+            raise
         raise CompareError(f"run {run_id!r} was not found at {client.tracking_uri}") from exc
     metrics = run.data.metrics
     prefixes = profile_prefixes(metrics)

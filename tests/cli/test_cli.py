@@ -21,7 +21,9 @@ def test_help_exits_0(capsys) -> None:
 
 
 def test_empty_spool_is_nothing_to_upload(tmp_path, capsys) -> None:
-    assert main(["sync", "--local-dir", str(tmp_path / "missing")]) == 0
+    assert main(["sync", "--local-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "nothing to upload: no pending windows\n"
+    assert main(["sync"]) == 0  # the default spool, not made yet: nothing to upload either
     assert capsys.readouterr().out == "nothing to upload: no pending windows\n"
 
 

@@ -10,13 +10,18 @@ import os
 import random
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 
 from neuron_mlflow.cli import main
-from neuron_mlflow.cli.app import EXIT_USAGE
+from neuron_mlflow.cli.app import EXIT_FAILURE, EXIT_USAGE
+from tests.conftest import free_port
 from tests.helpers import ROOT
 
 VERBS = ("sync", "compare", "download", "summarize", "ingest", "capture")
@@ -181,3 +186,140 @@ def test_summarize_is_still_fine_with_a_real_trace(capsys) -> None:
     assert main(["summarize", str(trace), "--top", "2"]) == 0
     out = capsys.readouterr().out
     assert "| Name |" in out
+
+
+# --- a tracking server that is down or failing is a failure (exit 1), not an unknown run ---
+
+RUN_VERBS = {
+    "compare": ["compare", "abc", "def"],
+    "download": ["download", "abc", "--dest", "d"],
+    "capture": ["capture", "abc"],
+}
+
+
+def _one_line_failure(capsys, argv: list[str], within_s: float = 20.0) -> str:
+    started = time.monotonic()
+    assert main(argv) == EXIT_FAILURE
+    assert time.monotonic() - started < within_s  # not MLflow's minutes of HTTP retries
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.endswith("\n") and captured.err.count("\n") == 1, captured.err
+    assert "Traceback" not in captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize("verb", sorted(RUN_VERBS))
+def test_an_unreachable_server_is_one_line_and_exit_1_at_once(verb, monkeypatch, capsys) -> None:
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    err = _one_line_failure(capsys, RUN_VERBS[verb])
+    assert err.startswith(
+        f"neuron-mlflow {verb}: cannot connect to the MLflow tracking server at {uri} ("
+    ), err
+    assert "not found" not in err and "unknown run" not in err
+
+
+class _BrokenBackend(BaseHTTPRequestHandler):
+    """A server whose /health answers but whose every MLflow API call fails (HTTP 500), as a
+    tracking server in front of a broken database does."""
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/health":
+            body, status = b"OK", 200
+        else:
+            message = {"error_code": "INTERNAL_ERROR", "message": "the database is locked"}
+            body, status = json.dumps(message).encode(), 500
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def broken_backend() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenBackend)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("verb", sorted(RUN_VERBS))
+def test_a_failing_server_is_a_failure_not_an_unknown_run(
+    verb, broken_backend, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", broken_backend)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the test's time, not the point
+    err = _one_line_failure(capsys, RUN_VERBS[verb])
+    assert err.startswith(f"neuron-mlflow {verb}: MLflow failed at {broken_backend}: "), err
+    assert "not found" not in err and "unknown run" not in err
+
+
+@pytest.mark.parametrize(
+    ("verb", "expected"),
+    [
+        ("compare", "neuron-mlflow compare: run 'abc' was not found at sqlite:///"),
+        ("download", "neuron-mlflow download: run 'abc' was not found at sqlite:///"),
+        ("capture", "neuron-mlflow capture: unknown run 'abc': Run with id=abc not found"),
+    ],
+)
+def test_an_unknown_run_is_still_bad_usage(verb, expected, capsys) -> None:
+    err = _one_line_error(capsys, RUN_VERBS[verb])
+    assert err.startswith(expected), err
+
+
+# --- download of an ingested trace: Perfetto, and no progress bars ---
+
+
+def test_download_of_an_ingested_trace_points_to_perfetto(tmp_path, capsys) -> None:
+    trace = ROOT / "tests" / "data" / "traces" / "cpu_only_rank34.json.gz"
+    spool = tmp_path / "spool"
+    assert main(["ingest", str(trace), "--experiment", "ingested", "--local-dir", str(spool)]) == 0
+    run_id = capsys.readouterr().out.split(" into run ")[1].split()[0]
+    assert main(["download", run_id, "--dest", str(tmp_path / "d")]) == 0
+    captured = capsys.readouterr()
+    assert "Downloading artifacts" not in captured.err and "%|" not in captured.err
+    opened = [line for line in captured.out.splitlines() if "https://ui.perfetto.dev" in line]
+    assert len(opened) == 1 and "cpu_only_rank34.json.gz" in opened[0], captured.out
+
+
+def test_viewer_commands_open_traces_but_not_other_json(tmp_path) -> None:
+    from neuron_mlflow.sinks.download import viewer_commands
+
+    rank = tmp_path / "rank_0"
+    rank.mkdir()
+    (rank / "host.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    (rank / "my_trace.json").write_text('{"schemaVersion": 1, "traceEvents": []}')
+    (rank / "events.json.gz").write_bytes(gzip.compress(b"[]"))
+    (rank / "neuron_info.json").write_text('{"instance": "trn1.2xlarge"}')  # not a trace
+    (rank / "summary.json").write_text('{"traceEvents": "named like ours"}')
+    (rank / "notes.txt").write_text("{}")
+    opened = sorted(Path(c.split()[2]).name for c in viewer_commands(tmp_path))
+    assert opened == ["events.json.gz", "host.pt.trace.json.gz", "my_trace.json"]
+
+
+# --- sync --local-dir: a folder that is not there is a typo, not an empty spool ---
+
+
+def test_sync_of_a_local_dir_that_is_not_a_folder_exits_2(tmp_path, capsys) -> None:
+    missing = tmp_path / "no_such_spool"
+    err = _one_line_error(capsys, ["sync", "--local-dir", str(missing)])
+    assert (
+        err
+        == f"neuron-mlflow sync: --local-dir {missing}: not a spool folder (it does not exist)\n"
+    )
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    err = _one_line_error(capsys, ["sync", "--local-dir", str(afile), "--prune"])
+    assert (
+        err == f"neuron-mlflow sync: --local-dir {afile}: not a spool folder (it is not a folder)\n"
+    )
+    assert afile.read_text() == ""
