@@ -1,9 +1,12 @@
 """The guard around our own code: a failure of neuron-mlflow never stops the user's job.
 
-A failure becomes one log record on the ``neuron_mlflow`` logger and one
-:class:`~neuron_mlflow.errors.NeuronMlflowWarning`, which can never propagate into the
-user's code (under ``python -W error`` the warning filter would raise it: it is swallowed
-then, and the log record is the report). ``strict=True`` re-raises instead.
+A failure becomes one log record on the ``neuron_mlflow`` logger (shown only where the
+program configured logging: the logger has a ``NullHandler``, so Python's last-resort
+handler does not print the report a second time) and one
+:class:`~neuron_mlflow.errors.NeuronMlflowWarning`, attributed to the user's line that
+called into us. The warning can never propagate into the user's code (under ``python -W
+error`` the warning filter would raise it: it is swallowed then, and the report goes to
+stderr). ``strict=True`` re-raises instead.
 
 Example:
     >>> import warnings
@@ -22,22 +25,35 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from neuron_mlflow.errors import NeuronMlflowWarning
 
 log = logging.getLogger("neuron_mlflow")
+log.addHandler(logging.NullHandler())  # (a library's logger: the program decides)
+
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
 
 
-def report(message: str, stacklevel: int = 3) -> None:
-    """One log record and one warning for ``message``; never raises."""
+def report(message: str) -> None:
+    """One log record and one warning for ``message``, the warning attributed to the first
+    frame outside this package (the user's line); never raises."""
     with contextlib.suppress(Exception):
         log.warning(message)
-    with contextlib.suppress(Warning):  # `-W error` turns the warning into an exception
-        warnings.warn(message, NeuronMlflowWarning, stacklevel=stacklevel)
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    try:
+        warnings.warn(message, NeuronMlflowWarning, stacklevel=level)
+    except Warning:  # `-W error` turns the warning into an exception: say it anyway
+        with contextlib.suppress(Exception):
+            print(message, file=sys.stderr)
 
 
 P = ParamSpec("P")
@@ -75,8 +91,7 @@ class Guard:
             off = "; profiling is off for this session" if self.on_failure is not None else ""
             report(
                 f"neuron-mlflow: {what} failed: {type(exc).__name__}: {exc}{off}; "
-                "the profiled code goes on",
-                stacklevel=4,
+                "the profiled code goes on"
             )
             return None
 

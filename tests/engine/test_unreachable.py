@@ -107,3 +107,30 @@ def test_a_trainer_fit_never_waits_for_a_sick_server(
         assert len(windows) == 3, "every window is in the spool"
     _wait_for(lambda: all(r.manifest.get("handled") for r in Spool(spool).windows()))
     _sync_exactly_once(monkeypatch, spool, mlflow_server, "profile/train/steps")
+
+
+def test_an_upload_that_failed_is_one_warning_at_the_users_line(tmp_path) -> None:
+    """Without logging configured, the report is printed once (the warning, not also the log
+    record), and it points at the user's line that waited, not at our code."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import torch\n"
+        "import neuron_mlflow as nm\n"
+        f"with nm.profile(backend='cpu', local_dir={str(tmp_path / 'spool')!r},\n"
+        "                schedule=nm.Schedule(warmup=1, active=2)) as prof:\n"
+        "    for _ in range(4):\n"
+        "        _ = torch.ones(8) * 2\n"
+        "        prof.step()\n"
+        "print('run', prof.run_id)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}
+    env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("could not log the profiling window") == 1, done.stderr[-3000:]
+    assert f"{script}:8: NeuronMlflowWarning" in done.stderr, done.stderr[-3000:]
