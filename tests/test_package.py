@@ -102,3 +102,12 @@ def test_docs_document_every_core_metric() -> None:
     for key in window_metrics(summary, "P", top_k=1):
         documented = key.replace("aten.mm", "<key>")
         assert f"| `{documented}` |" in reference, documented
+
+
+def test_the_cli_says_its_version(capsys) -> None:
+    from importlib import metadata
+
+    from neuron_mlflow.cli import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"neuron-mlflow {metadata.version('neuron-mlflow')}"
