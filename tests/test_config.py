@@ -56,6 +56,19 @@ def test_missing_yaml_file_is_named(monkeypatch) -> None:
         ProfilerConfig()
 
 
+def test_a_config_file_problem_names_where_the_path_came_from(tmp_path, monkeypatch) -> None:
+    from neuron_mlflow.config import config_file_problem
+
+    monkeypatch.setenv("NEURON_MLFLOW_CONFIG", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"NEURON_MLFLOW_CONFIG names a folder, not a file"):
+        ProfilerConfig()
+    missing = config_file_problem("p.yaml", "--config")
+    assert missing is not None and missing.startswith("--config names a file that does not")
+    assert "unset" not in missing  # an option is not unset: the advice is the variable's
+    (tmp_path / "p.yaml").write_text("top_k: 3\n")
+    assert config_file_problem(tmp_path / "p.yaml", "--config") is None
+
+
 def test_invalid_yaml_value_is_reported_with_its_field(tmp_path, monkeypatch) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("schedule:\n  repeat: -2\n")

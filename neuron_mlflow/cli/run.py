@@ -174,13 +174,20 @@ def build_run_parser(options: Sequence[FieldOption]) -> argparse.ArgumentParser:
         ),
         epilog="Lists: comma-separated or JSON. Flags: --keep-local alone means true.",
     )
-    parser.add_argument("--experiment", metavar="NAME",
-                        help="MLflow experiment of the run (created if missing)")  # fmt: skip
+    parser.add_argument(
+        "--experiment",
+        metavar="NAME",
+        help="MLflow experiment of the run (created if missing); the same setting as "
+        "--experiment-name, and the one kept if both are given",
+    )
     parser.add_argument(
         "--config", metavar="FILE", help="YAML file of ProfilerConfig fields (NEURON_MLFLOW_CONFIG)"
     )
     for option in options:
-        parser.add_argument(option.flag, dest=option.dest, metavar="VALUE", help=option.help)
+        text = option.help
+        if option.path == ("experiment_name",):
+            text += " (the same setting as --experiment)"
+        parser.add_argument(option.flag, dest=option.dest, metavar="VALUE", help=text)
         underscored = "--" + ".".join(option.path)
         if underscored != option.flag:  # --local_dir as in YAML works too
             parser.add_argument(underscored, dest=option.dest, help=argparse.SUPPRESS)
@@ -385,6 +392,13 @@ def run_command(argv: Sequence[str]) -> int:
         print("neuron-mlflow run: no command: give one after `--` (neuron-mlflow run [options] "
               "-- COMMAND [ARGS...])", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    if args.config is not None:  # named as the user gave it, not as the variable it becomes
+        from neuron_mlflow.config import config_file_problem
+
+        problem = config_file_problem(args.config, "--config")
+        if problem is not None:
+            print(f"neuron-mlflow run: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     config_env = _config_env(args, options)
     config = _checked_config(config_env)
     if isinstance(config, str):

@@ -41,6 +41,29 @@ CONFIG_FILE_ENV = "NEURON_MLFLOW_CONFIG"
 
 ENV_PREFIX = "NEURON_MLFLOW_"
 
+
+def config_file_problem(path: str | Path, named_by: str = CONFIG_FILE_ENV) -> str | None:
+    """Why ``path`` cannot be the YAML file of ``ProfilerConfig`` fields, in one line naming
+    where the path came from (``named_by``: the variable, or an option such as ``--config``
+    of a command that passes it on); None when it is a file.
+
+    Example:
+        >>> print(config_file_problem("/nowhere/p.yaml", "--config").split(";")[0])
+        --config names a file that does not exist: '/nowhere/p.yaml'
+        >>> config_file_problem(__file__) is None
+        True
+    """
+    where = Path(path)
+    if where.is_file():
+        return None
+    what = "a folder, not a file" if where.is_dir() else "a file that does not exist"
+    if named_by == CONFIG_FILE_ENV:
+        fix = "set it to a YAML file of ProfilerConfig fields, or unset it"
+    else:
+        fix = "give a YAML file of ProfilerConfig fields"
+    return f"{named_by} names {what}: {str(path)!r}; {fix}"
+
+
 _PREFIX_PATTERN = r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$"
 
 
@@ -302,11 +325,9 @@ class ProfilerConfig(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         yaml_path = os.environ.get(CONFIG_FILE_ENV)
         if yaml_path:
-            if not Path(yaml_path).is_file():
-                raise ConfigError(
-                    f"{CONFIG_FILE_ENV} names a file that does not exist: {yaml_path!r}; "
-                    "set it to a YAML file of ProfilerConfig fields, or unset it"
-                )
+            problem = config_file_problem(yaml_path)
+            if problem is not None:
+                raise ConfigError(problem)
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_path))
         return tuple(sources)
 

@@ -192,6 +192,52 @@ def test_help_lists_the_fields(capsys) -> None:
     assert "(auto, neuron, cuda, cpu)" in text and "%%" not in text
 
 
+def test_a_missing_config_file_is_named_as_the_user_gave_it(tmp_path, monkeypatch, capsys):
+    # --config becomes NEURON_MLFLOW_CONFIG for the processes; the message named the
+    # variable, which the user never set
+    from neuron_mlflow.cli.run import run_command
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NEURON_MLFLOW_CONFIG", raising=False)
+    (tmp_path / "train.py").write_text("open('ran', 'w')\n")
+    assert run_command(["--config", "nofile.yaml", "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "neuron-mlflow run: --config names a file that does not exist: 'nofile.yaml'; "
+        "give a YAML file of ProfilerConfig fields"
+    ]
+    assert run_command(["--config", str(tmp_path), "--", "python", "train.py"]) == 2
+    assert "--config names a folder, not a file" in capsys.readouterr().err
+    monkeypatch.setenv("NEURON_MLFLOW_CONFIG", str(tmp_path / "envfile.yaml"))
+    assert run_command(["--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "NEURON_MLFLOW_CONFIG names a file that does not exist" in err
+    assert "--config" not in err
+    assert not (tmp_path / "ran").exists()  # checked before the command runs
+
+
+def test_experiment_and_experiment_name_are_one_setting(capsys) -> None:
+    import argparse
+
+    from neuron_mlflow.cli import main
+    from neuron_mlflow.cli.run import _config_env, build_run_parser
+
+    assert main(["run", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for said in (
+        "--experiment NAME MLflow experiment of the run (created if missing); the same "
+        "setting as --experiment-name, and the one kept if both are given",
+        "--experiment-name VALUE experiment for runs we create (the same setting as --experiment)",
+    ):
+        assert said in text
+    options = field_options()
+    args = build_run_parser(options).parse_args(
+        ["--experiment-name", "b", "--experiment", "a", "--", "true"]
+    )
+    assert isinstance(args, argparse.Namespace)
+    assert _config_env(args, options)["NEURON_MLFLOW_EXPERIMENT_NAME"] == "a"
+
+
 def test_options_reach_every_process_as_the_environment(tracking_uri, tmp_path) -> None:
     code = (
         "import os, neuron_mlflow as nm; c = nm.ProfilerConfig(); "
