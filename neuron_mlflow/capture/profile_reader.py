@@ -40,11 +40,14 @@ __all__ = [
     "STEP_MARKER_PREFIX",
     "CapturedStats",
     "compress_trace",
+    "looks_like_trace",
     "read_window_trace",
     "window_trace",
 ]
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
+NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
+"""A window's own JSON files, never traces."""
 
 
 @dataclass(slots=True)
@@ -86,6 +89,28 @@ def window_trace(trace_dir: Path) -> Path | None:
     if not found:
         return None
     return max(found, key=lambda p: (p.name.endswith(TRACE_SUFFIXES[:2]), p.stat().st_mtime_ns))
+
+
+def looks_like_trace(path: Path) -> bool:
+    """A ``.json``/``.json.gz`` file (not one of :data:`NOT_TRACES`) whose start holds
+    ``"traceEvents"``, or a bare JSON array of events: what ``ingest`` takes from a folder.
+
+    Example:
+        >>> import tempfile
+        >>> plain = Path(tempfile.mkdtemp()) / "t.json"
+        >>> _ = plain.write_text('{"traceEvents": []}')
+        >>> looks_like_trace(plain), looks_like_trace(plain.with_name("summary.json"))
+        (True, False)
+    """
+    if path.name in NOT_TRACES:
+        return False
+    opener: Any = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+            head = handle.read(1 << 16)
+    except OSError:
+        return False
+    return '"traceEvents"' in head or head.lstrip().startswith("[")
 
 
 def compress_trace(path: Path) -> Path:

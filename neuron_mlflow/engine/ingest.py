@@ -9,12 +9,12 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from neuron_mlflow.capture.profile_reader import looks_like_trace
 from neuron_mlflow.engine.environment import package_version
 from neuron_mlflow.engine.pipeline import write_files
 from neuron_mlflow.errors import IngestError
@@ -29,18 +29,6 @@ from neuron_mlflow.naming import (
 from neuron_mlflow.sinks.spool import ARTIFACTS, Spool, WindowRecord
 from neuron_mlflow.trace.summarize import TraceResult, summarize_trace
 
-_NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
-
-
-def _looks_like_trace(path: Path) -> bool:
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-            head = handle.read(1 << 16)
-    except OSError:
-        return False
-    return '"traceEvents"' in head or head.lstrip().startswith("[")
-
 
 def find_traces(paths: Iterable[Path]) -> list[Path]:
     """Trace files: each file given, and every ``.json``/``.json.gz`` trace under each folder.
@@ -54,9 +42,7 @@ def find_traces(paths: Iterable[Path]) -> list[Path]:
             found.append(path)
         elif path.is_dir():
             candidates = sorted({*path.rglob("*.json"), *path.rglob("*.json.gz")})
-            found.extend(
-                c for c in candidates if c.name not in _NOT_TRACES and _looks_like_trace(c)
-            )
+            found.extend(c for c in candidates if looks_like_trace(c))
         else:
             raise IngestError(f"no such file or folder: {path}")
     if not found:

@@ -27,7 +27,6 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import shlex
@@ -36,7 +35,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, TextIO
 
-from neuron_mlflow.capture.profile_reader import TRACE_SUFFIXES
+from neuron_mlflow.capture.profile_reader import TRACE_SUFFIXES, looks_like_trace
 from neuron_mlflow.errors import DownloadError
 
 _WINDOW = re.compile(r"^step_\d{6}-(\d{6})$")
@@ -153,24 +152,18 @@ def _device_pairs(root: Path, label: str) -> list[str]:
     return commands
 
 
-_NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
-
-
 def _is_trace(path: Path) -> bool:
     """A torch/Chrome trace file by its name (``*.pt.trace.json[.gz]``), or a ``.json`` /
-    ``.json.gz`` file whose start holds ``"traceEvents"`` (or a bare JSON array of events)."""
+    ``.json.gz`` file that :func:`looks_like_trace` (what ``ingest`` takes)."""
     name = path.name
-    if not path.is_file() or not name.endswith(TRACE_SUFFIXES) or name in _NOT_TRACES:
+    if not path.is_file() or not name.endswith(TRACE_SUFFIXES):
         return False
     if name.endswith(TRACE_SUFFIXES[:2]):
         return True
-    opener: Any = gzip.open if name.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
-            head = handle.read(1 << 16)
-    except (OSError, EOFError):
+        return looks_like_trace(path)
+    except EOFError:  # a gzip stream cut short
         return False
-    return '"traceEvents"' in head or head.lstrip().startswith("[")
 
 
 def viewer_commands(root: Path, label: str = "profile") -> list[str]:
