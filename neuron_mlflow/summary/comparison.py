@@ -478,7 +478,7 @@ def decide(c: Comparison) -> Outcome:
     elif any(_mostly_disturbed(p) for p in (fastest, runner)):
         result = _disturbed_result(next(p for p in (fastest, runner) if _mostly_disturbed(p)))
     else:
-        result = f"no winner: insufficient data ({fastest.name} vs {runner.name})"
+        result = f"no winner: insufficient data ({fastest.name} vs {runner.name}: {e.reason})"
     return Outcome(None, runner.name, None, e, result, detail)
 
 
@@ -863,6 +863,6 @@ def render_seed_markdown(c: Comparison) -> str:
     Example:
         >>> a = RunProfile("a", "naive", "p", {"cpu_time_us": 125.0, "op_calls": 6.0}, {})
         >>> render_seed_markdown(compare_profiles([a, a])).splitlines()[0]  # doctest: +ELLIPSIS
-        'Result: no winner: insufficient data (naive vs naive) (self CPU time, 10th-percentile...'
+        'Result: no winner: insufficient data (naive vs naive: too few samples on the baseline...'
     """
     return render_seed_table(c) + "\n" + render_markdown(c, result=False)

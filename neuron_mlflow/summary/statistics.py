@@ -36,7 +36,7 @@ verdict                when
 ``no change``          the whole interval lies within ``[1 / (1 + m), 1 + m]``
 ``insufficient data``  either side has fewer than :data:`MIN_STEPS` kept steps (and fewer
                        than :data:`MIN_WINDOWS` windows), the baseline is 0, or the
-                       interval straddles ``1 + m`` or ``1 / (1 + m)`` (too wide to decide)
+                       interval crosses ``1 + m`` or ``1 / (1 + m)`` (too close to call)
 =====================  ==============================================================
 
 Example:
@@ -386,7 +386,10 @@ def compare_samples(
         verdict, reason = NO_CHANGE, f"the whole interval is within {band}"
     else:
         verdict = INSUFFICIENT
-        reason = f"the interval [{low:.3f}, {high:.3f}] is too wide to decide at +-{margin_pct:g}%"
+        reason = (
+            f"the interval [{low:.3f}, {high:.3f}] crosses an edge of {band} "
+            f"(+-{margin_pct:g}%): too close to call"
+        )
     return estimate(verdict, reason, ratio, (low, high))
 
 

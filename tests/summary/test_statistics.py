@@ -121,3 +121,20 @@ def test_deterministic() -> None:
 def test_steps_needed_grows_with_noise() -> None:
     assert steps_needed(5, 10) < steps_needed(20, 10)
     assert steps_needed(1, 50) == 5
+
+
+def test_an_interval_across_the_margin_is_too_close_to_call_and_the_answer_says_so() -> None:
+    from neuron_mlflow.summary.comparison import RunProfile, compare_profiles, decide
+
+    e = compare_samples(_side(100, seed=8, cv=0.01), _side(95.2, seed=9, cv=0.01))
+    assert e.verdict == INSUFFICIENT and e.low < 1 / 1.05 < e.high
+    assert "crosses an edge of [0.952, 1.050] (+-5%): too close to call" in e.reason
+
+    def run(run_id: str, name: str, mean: float, seed: int) -> RunProfile:
+        steps = _side(mean, seed=seed, cv=0.01)
+        return RunProfile(run_id, name, "p", {"cpu_time_us": mean}, {},
+                          samples=[{"cpu_time_us": steps[0]}])  # fmt: skip
+
+    result = decide(compare_profiles([run("a", "naive", 100, 8), run("b", "fused", 95.2, 9)]))
+    assert result.result.startswith("no winner: insufficient data (fused vs naive: the interval [")
+    assert result.result.endswith("too close to call)")
