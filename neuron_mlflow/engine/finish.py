@@ -49,18 +49,9 @@ from neuron_mlflow.engine.environment import environment_tags
 from neuron_mlflow.engine.host_load import host_load_tags, sample_host_load
 from neuron_mlflow.naming import param_key, partial_tag, reason_tag, window_artifact_path
 from neuron_mlflow.sinks.spool import ARTIFACTS
-from neuron_mlflow.sinks.window_record import Window, WindowFacts, WindowState, warm_config
+from neuron_mlflow.sinks.window_record import Window, WindowFacts, WindowState
 
-__all__ = ["end_record", "session_record", "warm_window_constants"]
-
-
-def warm_window_constants(config: ProfilerConfig, backend: str) -> None:
-    """Make a session's per-window constants (the config's JSON document and params) at
-    set-up, so that no window pays for them (about 0.3 ms, a tenth of a small window's
-    end). The environment tags are not among them: a backend's facts can change once it
-    ran."""
-    warm_config(config)
-    config.applicable_params(backend)
+__all__ = ["end_record", "session_record"]
 
 
 def session_record(

@@ -45,7 +45,7 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine import signals
 from neuron_mlflow.engine.capture_requests import OnDemand, start_for_session
 from neuron_mlflow.engine.environment import package_version, rank_and_world_size
-from neuron_mlflow.engine.finish import end_record, session_record, warm_window_constants
+from neuron_mlflow.engine.finish import end_record, session_record
 from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.options import Options
@@ -274,7 +274,6 @@ class ProfilingSession:
         self._disabled = False
         package_version()  # read once now, not at the first window's end
         self.guarded(self.backend.describe)  # (platform.processor() runs `uname -p` once)
-        self.guarded(warm_window_constants, config, self.backend.name)  # nor the params
         self._worker = WorkerClient(self._spool.root)
         if self._next_start is not None:  # the worker imports MLflow before the first window
             with suppress(Exception):  # early is a bonus: the first window starts it anyway

@@ -242,21 +242,9 @@ def _created_ms(created: object) -> int:
     return int(time.time() * 1000)
 
 
-_CONFIGS: dict[int, tuple[ProfilerConfig, dict[str, Any]]] = {}
-
-
-def _config_data(config: ProfilerConfig) -> dict[str, Any]:
-    """A config's JSON document, made once per config (it is frozen): a window's end does not
-    pay for it (about 0.3 ms)."""
-    entry = _CONFIGS.get(id(config))
-    if entry is None or entry[0] is not config:
-        entry = _CONFIGS[id(config)] = (config, config.model_dump(mode="json"))
-    return entry[1]
-
-
 def _enc_hook(obj: Any) -> Any:
     if isinstance(obj, ProfilerConfig):
-        return _config_data(obj)
+        return obj.model_dump(mode="json")
     raise NotImplementedError(f"cannot encode {type(obj).__name__}")
 
 
@@ -272,11 +260,6 @@ _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 def encode_window(window: Window) -> bytes:
     """The record's bytes: one JSON line."""
     return _ENCODER.encode(window) + b"\n"
-
-
-def warm_config(config: ProfilerConfig) -> None:
-    """Make ``config``'s JSON document now (at a session's set-up), not at a window's end."""
-    _config_data(config)
 
 
 def decode_window(raw: bytes, where: str) -> Window:
@@ -296,14 +279,6 @@ def decode_window(raw: bytes, where: str) -> Window:
             f"the window manifest {where} is not valid ({exc}); it is left as it is: fix or "
             "remove that window folder, or re-ingest its traces with `neuron-mlflow ingest`"
         ) from exc
-
-
-# msgspec builds its converter for a type on first use (about a millisecond): here, at import,
-# not in the step that ends the first window
-msgspec.convert(
-    {"state": "spooled", "artifact_path": "p", "session": "s", "created": "", "captured_ms": 0},
-    Window,
-)
 
 
 def window_view(window: Window) -> dict[str, Any]:
