@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -43,17 +42,10 @@ class HostLoad:
     torch_threads: int | None
 
 
-@functools.cache
-def _proc_stat_fd() -> int:
-    """``/proc/stat`` held open (read again with ``pread``): no open and close at a window's
-    end. A failed open is not cached: it is tried again at the next sample."""
-    return os.open("/proc/stat", os.O_RDONLY | os.O_CLOEXEC)
-
-
 def _proc_stat() -> tuple[int | None, int | None]:
     try:
-        head = os.pread(_proc_stat_fd(), 256, 0)
-        first = head.split(b"\n", 1)[0].decode("ascii").split()
+        with open("/proc/stat", "rb") as stat:
+            first = stat.read(256).split(b"\n", 1)[0].decode("ascii").split()
     except (OSError, UnicodeDecodeError):
         return None, None
     if not first or first[0] != "cpu":
@@ -79,14 +71,7 @@ def sample_host_load() -> HostLoad:
             threads = int(torch.get_num_threads())
         except Exception:
             threads = None
-    return HostLoad(time.monotonic(), steal, total, load, _cpu_count(), threads)
-
-
-@functools.cache
-def _cpu_count() -> int:
-    """The CPU count, read once (``os.cpu_count()`` reads ``/sys`` every time: 0.05 ms at a
-    window's end)."""
-    return os.cpu_count() or 1
+    return HostLoad(time.monotonic(), steal, total, load, os.cpu_count() or 1, threads)
 
 
 def host_load_tags(start: HostLoad, end: HostLoad) -> dict[str, str]:
