@@ -290,7 +290,12 @@ def _pick_jobs(client: Any, experiment: str, last: int) -> list[list[_Unit]]:
 
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        raise CompareError(f"experiment {experiment!r} was not found")
+        names = [e.name for e in client.search_experiments(max_results=11)]
+        listed = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        raise CompareError(
+            f"experiment {experiment!r} was not found at {client.tracking_uri}; "
+            f"the experiments: {listed}"
+        )
     jobs: list[list[_Unit]] = []
     for run in _search(client, found.experiment_id):
         if len(jobs) == last:

@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from neuron_mlflow.sinks.spool import ARTIFACTS, Spool, WindowRecord
 from neuron_mlflow.trace.summarize import TraceResult, summarize_trace
 
 
-def find_traces(paths: Iterable[Path]) -> list[Path]:
+def find_traces(paths: Sequence[Path]) -> list[Path]:
     """Trace files: each file given, and every ``.json``/``.json.gz`` trace under each folder.
 
     Raises:
@@ -46,7 +46,11 @@ def find_traces(paths: Iterable[Path]) -> list[Path]:
         else:
             raise IngestError(f"no such file or folder: {path}")
     if not found:
-        raise IngestError("no trace files found (looked for .json and .json.gz with traceEvents)")
+        where = ", ".join(str(path) for path in paths)
+        raise IngestError(
+            f"no trace files in {where}: expected torch.profiler traces (*.pt.trace.json[.gz]) "
+            "or Neuron profiles (their trace.json), any .json/.json.gz holding traceEvents"
+        )
     return found
 
 

@@ -196,6 +196,20 @@ def viewer_commands(root: Path, label: str = "profile") -> list[str]:
     return commands
 
 
+def _child_runs(client: Any, run: Any) -> str:
+    """The child runs of ``run`` (a job's variants), as ``id (name), ...``; "" when none."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    children = client.search_runs(
+        [run.info.experiment_id],
+        f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{run.info.run_id}'",
+        max_results=11,
+        order_by=["attributes.start_time ASC"],
+    )
+    listed = [f"{c.info.run_id} ({c.info.run_name})" for c in children]
+    return ", ".join(listed[:10] + (["..."] if len(listed) > 10 else []))
+
+
 def download_window(client: Any, run_id: str, window: str | None, dest: Path) -> tuple[str, Path]:
     """Download the traces of ``window`` (default: the latest) into ``dest``.
 
@@ -205,7 +219,8 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
     MLflow's HTTP retries are bounded and its download progress bars are off meanwhile.
 
     Raises:
-        DownloadError: the run or window does not exist, or the window has no traces.
+        DownloadError: the run or window does not exist (a run without windows but with child
+            runs lists them), or the window has no traces.
         MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
     """
     from mlflow.exceptions import MlflowException
@@ -215,12 +230,18 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
 
     with bounded_http(), quiet_downloads():
         try:
-            client.get_run(run_id)
+            run = client.get_run(run_id)
         except MlflowException as exc:
             if not is_not_found(exc):
                 raise
             raise DownloadError(f"run {run_id!r} was not found at {client.tracking_uri}") from exc
-        chosen = pick_window(list_windows(client, run_id), window)
+        windows = list_windows(client, run_id)
+        if not windows and (children := _child_runs(client, run)):
+            raise DownloadError(
+                f"run {run_id!r} has no profiling windows but has child runs (a job's "
+                f"variants keep theirs): {children}; download one of those"
+            )
+        chosen = pick_window(windows, window)
         if not client.list_artifacts(run_id, f"{chosen}/traces"):
             raise DownloadError(
                 f"window {chosen!r} has no traces (logged with upload_traces=False?)"
