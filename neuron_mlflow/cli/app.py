@@ -28,6 +28,7 @@ import os
 import sys
 import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,25 @@ def _unreachable(verb: str) -> bool:
         print(f"neuron-mlflow {verb}: {exc}", file=sys.stderr)
         return True
     return False
+
+
+@contextmanager
+def _quiet_mlflow() -> Iterator[None]:
+    """MLflow's INFO lines (a new store's "Creating initial MLflow database tables") off while
+    a verb reads runs (compare, download, capture), unless ``MLFLOW_LOGGING_LEVEL`` (MLflow's
+    own switch) is set."""
+    import logging
+
+    import mlflow  # noqa: F401  (configures MLflow's loggers: quieten them after)
+
+    logger = logging.getLogger("mlflow")
+    before = logger.level
+    if "MLFLOW_LOGGING_LEVEL" not in os.environ:
+        logger.setLevel(max(before, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def _mlflow_failed(verb: str, exc: Exception) -> int:
@@ -214,6 +234,7 @@ def _ingest(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@_quiet_mlflow()
 def _download(args: argparse.Namespace) -> int:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -430,10 +451,9 @@ def _bad_compare_options(args: argparse.Namespace) -> str | None:
     return None
 
 
+@_quiet_mlflow()
 def _compare(args: argparse.Namespace) -> int:
-    import logging
-
-    from mlflow import MlflowClient  # configures MLflow's loggers: quieten them after
+    from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     from neuron_mlflow.sinks.reachability import bounded_http
@@ -444,17 +464,11 @@ def _compare(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if _unreachable("compare"):
         return EXIT_FAILURE
-    logger = logging.getLogger("mlflow")
-    before = logger.level
-    if "MLFLOW_LOGGING_LEVEL" not in os.environ:  # MLflow's own switch; set it to see INFO
-        logger.setLevel(max(before, logging.WARNING))  # e.g. a new store's "Creating tables"
     try:
         with bounded_http():
             return _compare_runs(args, MlflowClient())
     except MlflowException as exc:  # not an unknown run (load_profile says that): a failure
         return _mlflow_failed("compare", exc)
-    finally:
-        logger.setLevel(before)
 
 
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
@@ -611,7 +625,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "capture":
         from neuron_mlflow.cli.capture import run_capture
 
-        return run_capture(args)
+        with _quiet_mlflow():
+            return run_capture(args)
     verbs = {
         "sync": _sync,
         "compare": _compare,
