@@ -32,6 +32,7 @@ from typing import Any
 
 import mlflow
 import torch
+from mlflow.exceptions import MlflowException
 
 import neuron_mlflow as nm
 
@@ -250,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         try:
             comparison = nm.compare_runs(list(runs.values()))  # the one comparison
-        except nm.NeuronMlflowError as exc:  # the runs could not be read back from MLflow
-            print(f"rmsnorm.py: {exc}", file=sys.stderr)
+        except (nm.NeuronMlflowError, MlflowException) as exc:  # runs not read back from MLflow
+            print(f"rmsnorm.py: {' '.join(str(exc).split())}", file=sys.stderr)
             mlflow.end_run(status="FAILED")
             return 1
         assert comparison.outcome is not None

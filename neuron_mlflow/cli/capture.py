@@ -80,12 +80,17 @@ def start_step(beats: dict[int, dict[str, Any]], roundup: int, now: float) -> in
 def _next_heartbeats(
     client: Any, run_id: str, beats: dict[int, dict[str, Any]]
 ) -> dict[int, dict[str, Any]]:
-    """Wait (at most 2 x poll_s) for heartbeats that carry a step rate."""
+    """Wait (at most 2 x poll_s) for heartbeats that carry a step rate; a server that hiccups
+    is asked again until then, and then the beats at hand are used."""
     poll_s = max(float(b.get("poll_s") or 0.0) for b in beats.values())
     deadline = time.monotonic() + 2 * poll_s
     while time.monotonic() < deadline:
         time.sleep(min(0.25, poll_s / 2))
-        fresh = heartbeats(client.get_run(run_id).data.tags)
+        try:
+            fresh = heartbeats(client.get_run(run_id).data.tags)
+        except Exception as exc:  # as _wait does: try again until the deadline
+            print(f"  (MLflow: {type(exc).__name__}; trying again)", file=sys.stderr)
+            continue
         if any(b.get("steps_per_s") for b in fresh.values()):
             return fresh
     return beats

@@ -6,7 +6,9 @@ processes disturbed: ``disturbed``, counted in ``RunProfile.steps_disturbed``); 
 ``summary.json`` (the window's per-step mean, one value); a run without window artifacts
 gives one value per logged window from the metric history of its headline metrics. With one
 value per window, a run needs 3 windows a side for a verdict
-(:mod:`neuron_mlflow.summary.statistics`).
+(:mod:`neuron_mlflow.summary.statistics`). Only what MLflow says does not exist is read as
+absent: any other failure (a server that fails or is cut off midway) is raised as an
+``MlflowException``, never a verdict from part of a run's windows.
 
 Example:
     >>> profile_prefixes(["profile/op_calls", "loss"])
@@ -19,9 +21,9 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from neuron_mlflow.errors import CompareError
 from neuron_mlflow.naming import HOST_LOAD_TAGS, STEPS_FILE, run_tag
@@ -38,6 +40,7 @@ from neuron_mlflow.summary.comparison import (
 from neuron_mlflow.trace.step_samples import read_step_samples
 
 OP_FIELDS = ("self_device_us", "self_cpu_us", "calls")
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -99,33 +102,66 @@ def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
     )
 
 
+def _unless_missing(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """``call(*args, **kwargs)``, or None when MLflow says the thing does not exist; any
+    other failure is raised as an ``MlflowException`` (MLflow failed: not "no data").
+
+    Example:
+        >>> from mlflow.exceptions import MlflowException
+        >>> from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+        >>> def gone():
+        ...     raise MlflowException("gone", error_code=RESOURCE_DOES_NOT_EXIST)
+        >>> _unless_missing(gone) is None
+        True
+        >>> _unless_missing(int, "x")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        mlflow.exceptions.MlflowException: ValueError: invalid literal for int() ...
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return call(*args, **kwargs)
+    except MlflowException as exc:
+        if is_not_found(exc):
+            return None
+        raise
+    except Exception as exc:  # e.g. requests' HTTPError of an artifact listing
+        raise MlflowException(f"{type(exc).__name__}: {exc}") from exc
+
+
 def _windows(client: Any, run_id: str, prefix: str) -> list[str]:
     """The run's window folders under ``prefix``, oldest first."""
-    try:
-        folders = [a.path for a in client.list_artifacts(run_id, prefix) if a.is_dir]
-    except Exception:
-        return []
+    listed = _unless_missing(client.list_artifacts, run_id, prefix) or []
+    folders = [a.path for a in listed if a.is_dir]
     return sorted(f for f in folders if f.rsplit("/", 1)[-1].startswith("step_"))
 
 
-def _read(client: Any, run_id: str, path: str, tmp: str) -> str | None:
+def _read(client: Any, uri: str, tmp: str) -> str | None:
+    """The text of the artifact at ``uri`` (fetched from the run's artifact store itself:
+    ``client.download_artifacts`` reads every failure as "no such path")."""
+    from mlflow.artifacts import download_artifacts
+
+    local = _unless_missing(
+        download_artifacts, artifact_uri=uri, dst_path=tmp, tracking_uri=client.tracking_uri
+    )
     try:
-        return Path(client.download_artifacts(run_id, path, tmp)).read_text(encoding="utf-8")
-    except Exception:
+        return None if local is None else Path(local).read_text(encoding="utf-8")
+    except UnicodeDecodeError:  # a bad file, not a failure of MLflow
         return None
 
 
 def _window_samples(
-    client: Any, run_id: str, window: str, tmp: str
+    client: Any, run_id: str, root: str, window: str, tmp: str
 ) -> tuple[dict[str, list[float]], dict[str, str], dict[str, Any] | None, tuple[int, int]]:
-    """One window: series -> per-step values of its undisturbed steps, raw op name -> key,
-    its summary.json, and (disturbed steps, steps) of its ``steps.jsonl``."""
-    files = set()
-    with contextlib.suppress(Exception):
-        files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(run_id, window)}
+    """One window (``root``: the run's artifact URI): series -> per-step values of its
+    undisturbed steps, raw op name -> key, its summary.json, and (disturbed steps, steps) of
+    its ``steps.jsonl``."""
+    listed = _unless_missing(client.list_artifacts, run_id, window) or []
+    files = {a.path.rsplit("/", 1)[-1] for a in listed}
     summary = None
     if "summary.json" in files:
-        text = _read(client, run_id, f"{window}/summary.json", tmp)
+        text = _read(client, f"{root}/{window}/summary.json", tmp)
         if text is not None:
             try:
                 summary = json.loads(text)["summary"]
@@ -134,7 +170,8 @@ def _window_samples(
     series: dict[str, list[float]] = {}
     keys: dict[str, str] = {}
     counted = (0, 0)
-    text = _read(client, run_id, f"{window}/{STEPS_FILE}", tmp) if STEPS_FILE in files else None
+    steps_file = f"{root}/{window}/{STEPS_FILE}"
+    text = _read(client, steps_file, tmp) if STEPS_FILE in files else None
     if text:
         heads, ops = read_step_samples(text)
         heads.sort(key=lambda r: r["step"])
@@ -179,11 +216,11 @@ def _history_samples(
         key = f"{prefix}/{metric}"
         if key not in metrics:
             continue
-        try:
-            history = client.get_metric_history(run_id, key)
-            values = [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
-        except Exception:
+        history = _unless_missing(client.get_metric_history, run_id, key)
+        if history is None:
             values = [metrics[key]]
+        else:
+            values = [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
         samples[metric] = [[v] for v in values]
     for key, fields in _logged_ops(prefix, metrics).items():
         for field_name, value in fields.items():
@@ -204,18 +241,19 @@ def _logged_ops(prefix: str, metrics: dict[str, float]) -> dict[str, dict[str, f
 
 
 def _read_run(
-    client: Any, run_id: str, prefix: str, metrics: dict[str, float]
+    client: Any, run: Any, prefix: str, metrics: dict[str, float]
 ) -> tuple[RunSamples, dict[str, dict[str, float]], tuple[int, int]]:
     """Every window's samples of the run, the latest window's ops (for display), and
     (disturbed steps, steps) over its windows."""
     samples: RunSamples = {}
     ops: dict[str, dict[str, float]] = {}
     disturbed = steps = 0
+    run_id, root = run.info.run_id, run.info.artifact_uri
     windows = _windows(client, run_id, prefix)
     with tempfile.TemporaryDirectory(prefix="neuron-mlflow-profile-") as tmp:
         latest: tuple[dict[str, str], dict[str, Any] | None] = ({}, None)
         for window in windows:
-            series, keys, summary, counted = _window_samples(client, run_id, window, tmp)
+            series, keys, summary, counted = _window_samples(client, run_id, root, window, tmp)
             disturbed, steps = disturbed + counted[0], steps + counted[1]
             for name, values in series.items():
                 samples.setdefault(name, []).append(values)
@@ -240,7 +278,8 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
 
     Raises:
         CompareError: the run does not exist or has no profile metrics.
-        MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
+        MlflowException: MLflow failed otherwise (e.g. the server could not be reached, or
+            failed while the run's windows were read).
     """
     from mlflow.exceptions import MlflowException
 
@@ -267,7 +306,7 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
         name: metrics[f"{prefix}/{name}"] for name in HEADLINE if f"{prefix}/{name}" in metrics
     }
     with quiet_downloads():
-        samples, ops, (disturbed, steps) = _read_run(client, run_id, prefix, metrics)
+        samples, ops, (disturbed, steps) = _read_run(client, run, prefix, metrics)
     tags = {
         short: run.data.tags[tag] for short, tag in HOST_LOAD_TAGS.items() if tag in run.data.tags
     }
@@ -295,6 +334,7 @@ def load_profiles(
 
     Raises:
         CompareError: a run does not exist or has no profile metrics.
+        MlflowException: MLflow failed while reading a run.
     """
     unique = list(dict.fromkeys(run_ids))
     loaded = {r: load_profile(client, r, prefix) for r in unique}
@@ -326,6 +366,7 @@ def compare_runs(
 
     Raises:
         CompareError: a run does not exist or has no profile metrics.
+        MlflowException: MLflow failed while reading a run (e.g. the server failed midway).
 
     Example:
         >>> import tempfile
