@@ -16,8 +16,8 @@ Results go to stdout, diagnostics to stderr.
 
 Example:
     >>> import tempfile
-    >>> main(["sync", "--local-dir", tempfile.mkdtemp()])
-    nothing to upload: no pending windows
+    >>> main(["sync", "--local-dir", tempfile.mkdtemp()])  # doctest: +ELLIPSIS
+    nothing to upload: no pending windows in /tmp/...
     0
 """
 
@@ -562,7 +562,7 @@ def _sync(args: argparse.Namespace) -> int:
         print(f"neuron-mlflow sync: {exc}; nothing was uploaded", file=sys.stderr)
         code = EXIT_FAILURE
     else:
-        code = _sync_report(report)
+        code = _sync_report(report, local_dir, made=problem is None)
     if args.prune:  # what was uploaded before (or just now) loses its trace files
         _prune(local_dir)
     return code
@@ -584,18 +584,19 @@ def _prune(local_dir: str) -> None:
         print("no trace files of uploaded windows to free")
 
 
-def _sync_report(report: SyncReport) -> int:
+def _sync_report(report: SyncReport, local_dir: str, made: bool) -> int:
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
 
     for path in report.skipped:
         print(f"skipped (incomplete): {path}", file=sys.stderr)
     for path in report.busy:
-        print(f"skipped (a running job is still uploading it): {path}", file=sys.stderr)
+        print(f"skipped (a worker process is still uploading it): {path}", file=sys.stderr)
     if not report.uploaded and not report.failed and report.busy:
-        print("nothing to upload now: every pending window belongs to a running job")
+        print("nothing to upload now: a worker process is uploading every pending window")
         return EXIT_OK
     if not report.uploaded and not report.failed:
-        print("nothing to upload: no pending windows")
+        where = f"in {local_dir}" if made else f"(no spool at {local_dir}; --local-dir names one)"
+        print(f"nothing to upload: no pending windows {where}")
         return EXIT_OK
     uri = current_tracking_uri()
     for path, run_id in report.uploaded:

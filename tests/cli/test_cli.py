@@ -20,11 +20,15 @@ def test_help_exits_0(capsys) -> None:
     assert "--local-dir" in capsys.readouterr().out
 
 
-def test_empty_spool_is_nothing_to_upload(tmp_path, capsys) -> None:
+def test_empty_spool_is_nothing_to_upload(tmp_path, capsys, monkeypatch) -> None:
     assert main(["sync", "--local-dir", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == "nothing to upload: no pending windows\n"
-    assert main(["sync"]) == 0  # the default spool, not made yet: nothing to upload either
-    assert capsys.readouterr().out == "nothing to upload: no pending windows\n"
+    assert capsys.readouterr().out == f"nothing to upload: no pending windows in {tmp_path}\n"
+    monkeypatch.chdir(tmp_path)  # the default spool, not made yet: nothing to upload either
+    assert main(["sync"]) == 0
+    assert capsys.readouterr().out == (
+        "nothing to upload: no pending windows "
+        "(no spool at neuron_mlflow_traces; --local-dir names one)\n"
+    )
 
 
 def test_console_script_is_installed() -> None:

@@ -157,8 +157,8 @@ def test_sync_leaves_a_running_jobs_windows_to_it_and_takes_them_once_it_is_kill
         assert len(list((spool / ".queue").glob("*.json"))) == 2
         assert main(["sync", "--local-dir", str(spool)]) == 0  # the job still owns them
         out, err = capsys.readouterr()
-        assert "every pending window belongs to a running job" in out
-        assert err.count("skipped (a running job is still uploading it)") == 2
+        assert "a worker process is uploading every pending window" in out
+        assert err.count("skipped (a worker process is still uploading it)") == 2
         assert list(Spool(spool).windows()) == [], "left staged, for its worker"
     finally:
         job.send_signal(signal.SIGKILL)  # a crash: the OS drops the job's claims
