@@ -620,7 +620,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(arguments[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(arguments)
+        args, unknown = parser.parse_known_args(arguments)
+        if unknown:
+            args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:
         return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
     if args.verb == "capture":

@@ -218,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--experiment", metavar="E", help="create the run in this experiment")
     ingest.add_argument("--prefix", default="profile", metavar="P", help="metric prefix")
     ingest.add_argument("--local-dir", default=None, help="spool folder")
+    for sub in verbs.choices.values():  # an unknown option is the verb's error, with its usage
+        sub.set_defaults(verb_parser=sub)
     return parser
 
 

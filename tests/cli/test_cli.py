@@ -57,3 +57,10 @@ def test_download_of_a_torch_trace_points_to_perfetto(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "# window profile/step_000000-000000" in out
     assert "https://ui.perfetto.dev" in out and ".pt.trace.json.gz" in out
+
+
+def test_an_unknown_option_is_the_verbs_error_with_its_usage(capsys) -> None:
+    assert main(["compare", "a", "b", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "neuron-mlflow compare: error: unrecognized arguments: --json" in err
+    assert "[--format {table,markdown,json}]" in err  # what it is called
