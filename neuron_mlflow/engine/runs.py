@@ -1,5 +1,10 @@
 """Which MLflow run a step-driven front end logs to when its framework names none.
 
+A run made here is this process's, as ``mlflow.start_run()``'s is: it is ``RUNNING`` while
+the process runs and ends when the process exits, ``FINISHED``, or ``FAILED`` after an
+uncaught exception (one exit hook, registered with the first such run); a killed process
+leaves it ``RUNNING``.
+
 Example:
     >>> import mlflow
     >>> import neuron_mlflow as nm
@@ -11,6 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
+import sys
 import warnings
 
 from neuron_mlflow.config import ProfilerConfig
@@ -33,7 +42,7 @@ def open_run(config: ProfilerConfig) -> tuple[str | None, str | None]:
     sink = MlflowSink()
     try:
         sink.check_reachable()
-        return sink.tracking_uri, sink.create_run(config.experiment_name, config.run_name)
+        run_id = sink.create_run(config.experiment_name, config.run_name, running=True)
     except Exception as exc:
         if config.strict:
             raise
@@ -45,3 +54,26 @@ def open_run(config: ProfilerConfig) -> tuple[str | None, str | None]:
             stacklevel=3,
         )
         return sink.tracking_uri, None
+    if not _owned:
+        atexit.register(_end_owned_runs)
+    _owned.append((sink.tracking_uri, run_id, os.getpid()))
+    return sink.tracking_uri, run_id
+
+
+_owned: list[tuple[str, str, int]] = []
+"""The runs :func:`open_run` made: ``(tracking_uri, run_id, pid)``, ended at exit."""
+
+
+def _end_owned_runs() -> None:
+    """At exit, end the runs this process made: ``FAILED`` after an uncaught exception (the
+    interpreter's ``sys.last_value``), else ``FINISHED``. Never raises."""
+    from mlflow import MlflowClient
+
+    from neuron_mlflow.sinks.reachability import bounded_http
+
+    failed = isinstance(getattr(sys, "last_value", None), BaseException)
+    owned, _owned[:] = list(_owned), []
+    for uri, run_id, pid in owned:
+        if pid == os.getpid():  # (not in a forked child)
+            with contextlib.suppress(Exception), bounded_http():
+                MlflowClient(uri).set_terminated(run_id, "FAILED" if failed else "FINISHED")

@@ -164,10 +164,11 @@ class MlflowSink:
         run_name: str | None = None,
         tags: dict[str, str] | None = None,
         experiment_id: str | None = None,
+        running: bool = False,
     ) -> str:
-        """Create a run (finished at once; later windows may still log into it) in
-        ``experiment_name``, else ``experiment_id`` (the one the training process set), else
-        MLflow's default."""
+        """Create a run in ``experiment_name``, else ``experiment_id`` (the one the training
+        process set), else MLflow's default: finished at once (later windows may still log
+        into it), unless ``running`` (its creator ends it)."""
         experiment_id = (
             experiment_id
             if experiment_id and not experiment_name
@@ -175,7 +176,8 @@ class MlflowSink:
         )
         with reachability.bounded_http():
             run = self.client.create_run(experiment_id, run_name=run_name, tags=tags or {})
-            self.client.set_terminated(run.info.run_id)
+            if not running:
+                self.client.set_terminated(run.info.run_id)
         self._runs[run.info.run_id] = delivery.RunState(tags=dict(tags or {}))
         return str(run.info.run_id)
 
