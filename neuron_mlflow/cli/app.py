@@ -480,6 +480,7 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
         group_profiles,
         regressions,
         undecided,
+        undecided_advice,
     )
 
     try:
@@ -537,9 +538,8 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
         if unsure and not args.allow_insufficient:
             print(
                 f"neuron-mlflow compare: insufficient data for --fail-above "
-                f"{args.fail_above:g} (exit {EXIT_INSUFFICIENT}): profile more steps or windows "
-                "(Schedule(active=20, repeat=3)) or give each side several runs; "
-                "--allow-insufficient exits 0 instead",
+                f"{args.fail_above:g} (exit {EXIT_INSUFFICIENT}): "
+                f"{undecided_advice(comparison)}; --allow-insufficient exits 0 instead",
                 file=sys.stderr,
             )
             return EXIT_INSUFFICIENT

@@ -155,8 +155,8 @@ def _window_samples(
     client: Any, run_id: str, root: str, window: str, tmp: str
 ) -> tuple[dict[str, list[float]], dict[str, str], dict[str, Any] | None, tuple[int, int]]:
     """One window (``root``: the run's artifact URI): series -> per-step values of its
-    undisturbed steps, raw op name -> key, its summary.json, and (disturbed steps, steps) of
-    its ``steps.jsonl``."""
+    undisturbed steps (none when all were disturbed), raw op name -> key, its summary.json,
+    and (disturbed steps, steps) of its ``steps.jsonl``."""
     listed = _unless_missing(client.list_artifacts, run_id, window) or []
     files = {a.path.rsplit("/", 1)[-1] for a in listed}
     summary = None
@@ -173,15 +173,13 @@ def _window_samples(
     steps_file = f"{root}/{window}/{STEPS_FILE}"
     text = _read(client, steps_file, tmp) if STEPS_FILE in files else None
     if text:
-        heads, ops = read_step_samples(text)
-        heads.sort(key=lambda r: r["step"])
-        every = len(heads)
-        heads = [r for r in heads if r.get("disturbed") is not True]
-        counted = (every - len(heads), every)
-        for metric in SAMPLED:
-            values = [float(r[metric]) for r in heads if r.get(metric) is not None]
-            if values:
-                series[metric] = values
+        every, ops = read_step_samples(text)
+        every.sort(key=lambda r: r["step"])
+        heads = [r for r in every if r.get("disturbed") is not True]
+        counted = (len(every) - len(heads), len(every))
+        for metric in SAMPLED:  # a series, empty when every step was disturbed
+            if any(r.get(metric) is not None for r in every):
+                series[metric] = [float(r[metric]) for r in heads if r.get(metric) is not None]
         by_op: dict[str, dict[int, dict[str, Any]]] = {}
         for row in ops:
             keys[row["op"]] = row.get("key") or row["op"]

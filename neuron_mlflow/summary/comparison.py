@@ -126,6 +126,11 @@ class RunProfile:
     steps_disturbed: int = 0
     steps_read: int = 0
 
+    @property
+    def every_step_disturbed(self) -> bool:
+        """Every step of its ``steps.jsonl`` files was disturbed: no time to show."""
+        return 0 < self.steps_read == self.steps_disturbed
+
     def side(self, series: str) -> list[list[list[float]]]:
         """This profile's samples of one series: runs -> windows -> steps."""
         if self.samples is not None:
@@ -361,12 +366,14 @@ def compare_profiles(
             row["values"][r.run_id] = value
             if r.run_id == base.run_id:
                 continue
-            if value is None and base_value is not None:
+            here, there = _has_op(r, name, op_field), _has_op(base, name, op_field)
+            if there and not here:
                 row["status"][r.run_id] = "gone"
-            elif value is not None and base_value is None:
+            elif here and not there:
                 row["status"][r.run_id] = "new"
-            elif value is not None and base_value is not None:
+            elif here:
                 row["status"][r.run_id] = ""
+            if value is not None and base_value is not None:
                 row["delta"][r.run_id] = value - base_value
                 row["delta_pct"][r.run_id] = _pct(value, base_value)
         rows.append(row)
@@ -408,13 +415,21 @@ def compare_profiles(
     return comparison
 
 
+def _has_op(r: RunProfile, name: str, field_name: str) -> bool:
+    """The run has this field of the op: in its latest window, or in its steps (disturbed ones
+    too: an op of a run whose every step was disturbed is there, untimed)."""
+    return field_name in r.ops.get(name, {}) or bool(r.side(op_series(name, field_name)))
+
+
 def _shown(r: RunProfile, series: str, logged: float | None) -> float | None:
     """What a run shows for one series: the :data:`STATISTIC` of its samples, else the logged
-    value (``steps``, an old run); ``None`` when every step was disturbed."""
+    value (``steps``, an old run, or a count: load cannot change it); ``None`` for a time when
+    every step was disturbed."""
     if series == "steps" or r.samples is None:
         return logged
     found = side_value(r.side(series))
-    if found is None and r.steps_read and r.steps_disturbed == r.steps_read:
+    counts = series == "op_calls" or series.endswith(":calls")
+    if found is None and r.every_step_disturbed and not counts:
         return None
     return logged if found is None else found
 
@@ -597,6 +612,39 @@ def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) 
     return out
 
 
+def undecided_advice(comparison: Comparison) -> str:
+    """What would let the gate decide (:func:`undecided`): a quieter machine when a side's
+    steps were mostly disturbed by other processes, else more steps, windows or runs.
+
+    Example:
+        >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 1.0}, {}, steps_read=20)
+        >>> b = RunProfile("b", "B", "p", {"cpu_time_us": 1.0}, {}, steps_disturbed=20,
+        ...                steps_read=20)
+        >>> undecided_advice(compare_profiles([a, b]))  # doctest: +ELLIPSIS
+        'every step of B was disturbed by other processes: rerun on a quieter machine ...'
+    """
+    busy = [r for r in comparison.runs if _mostly_disturbed(r)]
+    if not busy:
+        return (
+            "profile more steps or windows (Schedule(active=20, repeat=3)) or give each side "
+            "several runs"
+        )
+    said = "; ".join(
+        f"every step of {r.name} was disturbed"
+        if r.every_step_disturbed
+        else f"{r.steps_disturbed} of {r.steps_read} steps of {r.name} were disturbed"
+        for r in busy
+    )
+    return (
+        f"{said} by other processes: rerun on a quieter machine (no other busy processes "
+        "on its CPUs)"
+    )
+
+
+UNTIMED = "every step disturbed"
+"""Shown instead of a time when every step of the run was disturbed by other processes."""
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
@@ -612,9 +660,13 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
     for metric in c.headline_metrics:
         row = [metric]
         for r in c.runs:
-            cell = _fmt(c.values[r.run_id].get(metric))
-            if r.run_id != base:
-                cell += f" ({_signed_pct(c.headline_change_pct[r.run_id].get(metric))})"
+            value = c.values[r.run_id].get(metric)
+            pct = c.headline_change_pct.get(r.run_id, {}).get(metric)
+            cell = _fmt(value)
+            if value is None and r.every_step_disturbed:
+                cell += f" [{UNTIMED}]"
+            elif pct is not None:
+                cell += f" ({_signed_pct(pct)})"
             row.append(cell)
         body.append(row)
     op_head = ["op", *[r.name for r in c.runs]]
@@ -624,10 +676,12 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
         for r in c.runs:
             value = op_row["values"][r.run_id]
             status = op_row["status"].get(r.run_id, "")
-            if r.run_id == base:
-                cells.append(_fmt(value))
-            elif status in ("new", "gone"):
+            if status in ("new", "gone"):
                 cells.append(f"{_fmt(value)} [{status}]")
+            elif value is None and r.every_step_disturbed:
+                cells.append(f"- [{UNTIMED}]")
+            elif r.run_id == base:
+                cells.append(_fmt(value))
             elif r.run_id not in op_row["delta"]:
                 cells.append(_fmt(value))  # in neither this run nor the baseline
             else:

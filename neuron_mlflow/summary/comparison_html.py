@@ -35,7 +35,9 @@ from collections.abc import Mapping
 from neuron_mlflow.summary.comparison import (
     METRIC_LABELS,
     SAMPLED,
+    UNTIMED,
     Comparison,
+    RunProfile,
     compare_profiles,
     profile_from_summary,
     regressions,
@@ -58,9 +60,10 @@ from neuron_mlflow.summary.tables import format_us
 LABELS = {m: f"{METRIC_LABELS[m]} per step" for m in SAMPLED}
 
 
-def _value(metric: str, value: float | None) -> str:
+def _value(metric: str, value: float | None, run: RunProfile | None = None) -> str:
+    """``value`` as text; ``run``: the run it belongs to (no value: was every step disturbed)."""
     if value is None:
-        return "-"
+        return UNTIMED if run is not None and run.every_step_disturbed else "-"
     return f"{value:g}" if metric == "op_calls" else format_us(value)
 
 
@@ -104,7 +107,7 @@ def _totals(c: Comparison) -> str:
                     r.name,
                     value,
                     max((v for v in values if v is not None), default=0.0) or 1.0,
-                    _value(metric, value),
+                    _value(metric, value, r),
                     change,
                     _kind(pct, base),
                 )
@@ -140,7 +143,17 @@ def _ops(c: Comparison) -> tuple[str, float]:
                 if not status
                 else ("bad" if status == "new" else "good")
             )
-            out.append(_bar(op, r.name, value, group, _value(field, value), change, kind))
+            out.append(
+                _bar(
+                    op,
+                    r.name,
+                    value,
+                    group,
+                    _value(field, value, None if status else r),
+                    change,
+                    kind,
+                )
+            )
     return "".join(out) + "</div>", top
 
 

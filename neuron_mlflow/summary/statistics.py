@@ -193,7 +193,8 @@ class Estimate:
             samples).
         baseline, candidate: each side's value (mean over runs of each run's 10th
             percentile step).
-        steps: kept steps per side ``(baseline, candidate)``; ``windows``, ``runs`` likewise.
+        steps: kept steps per side ``(baseline, candidate)``; ``windows`` likewise;
+            ``runs``: runs per side (one whose every step was disturbed too).
         confidence: the interval's level.
         reason: why the verdict, in words.
     """
@@ -323,7 +324,7 @@ def compare_samples(
     sides = [_clean(baseline), _clean(candidate)]
     steps = tuple(sum(len(w) for run in s for w in run) for s in sides)
     windows = tuple(sum(len(run) for run in s) for s in sides)
-    runs = tuple(len(s) for s in sides)
+    runs = (len(baseline), len(candidate))  # a run without kept steps counts here too
 
     def estimate(
         verdict: str,
@@ -345,12 +346,11 @@ def compare_samples(
             reason,
         )
 
-    values: tuple[float | None, float | None] = (None, None)
-    if not all(sides):
-        missing = "baseline" if not sides[0] else "candidate"
+    base_value, cand_value = (_mean_value(s) if s else None for s in sides)
+    values = (base_value, cand_value)  # a side without samples: None
+    if base_value is None or cand_value is None:
+        missing = "baseline" if base_value is None else "candidate"
         return estimate(INSUFFICIENT, f"no samples on the {missing} side")
-    base_value, cand_value = _mean_value(sides[0]), _mean_value(sides[1])
-    values = (base_value, cand_value)
     if base_value <= 0:
         return estimate(INSUFFICIENT, "the baseline is 0: no ratio")
     ratio = cand_value / base_value

@@ -101,8 +101,9 @@ def test_a_live_window_records_each_steps_wait_and_switches(tracking_uri) -> Non
     mlflow.set_tracking_uri(None)
 
 
-def _run_with_steps(name: str, cpu: list[float], disturbed: list[bool]) -> str:
-    """A run with one window whose steps.jsonl has these steps (the rest as a window logs)."""
+def _run_with_steps(name: str, cpu: list[float], disturbed: list[bool], ops: bool = False) -> str:
+    """A run with one window whose steps.jsonl has these steps (the rest as a window logs);
+    ``ops``: with one op (``aten::mul``, half of each step, 2 calls) and its summary.json."""
     folder = Path(tempfile.mkdtemp()) / "step_000000-000019"
     folder.mkdir()
     rows = [
@@ -111,6 +112,17 @@ def _run_with_steps(name: str, cpu: list[float], disturbed: list[bool]) -> str:
          "involuntary_switches": 2 if d else 0, "disturbed": d}
         for i, (v, d) in enumerate(zip(cpu, disturbed, strict=True))
     ]  # fmt: skip
+    if ops:
+        rows += [
+            {"step": i, "op": "aten::mul", "key": "aten::mul", "self_cpu_us": v / 2,
+             "self_device_us": None, "calls": 2}
+            for i, v in enumerate(cpu)
+        ]  # fmt: skip
+        mean = sum(cpu) / len(cpu)
+        summary = build_summary([RawOp("aten::mul", 2 * len(cpu), mean * len(cpu) / 2,
+                                       mean * len(cpu) / 2)], len(cpu), len(cpu),
+                                mean * len(cpu))  # fmt: skip
+        (folder / "summary.json").write_text(json.dumps({"summary": summary.to_dict()}))
     (folder / "steps.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     with mlflow.start_run(run_name=name) as run:
         mlflow.log_metrics(
@@ -121,11 +133,11 @@ def _run_with_steps(name: str, cpu: list[float], disturbed: list[bool]) -> str:
     return run.info.run_id
 
 
-def _compare(*args: str) -> dict:
+def _compare(*args: str, fmt: str = "json") -> dict:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        main(["compare", *args, "--format", "json"])
-    return json.loads(out.getvalue())
+        main(["compare", *args, "--format", fmt])
+    return json.loads(out.getvalue()) if fmt == "json" else {"text": out.getvalue()}
 
 
 def test_compare_leaves_disturbed_steps_out_and_says_when_they_are_most(tracking_uri) -> None:
@@ -184,4 +196,54 @@ def test_a_variant_with_every_step_disturbed_shows_no_value_and_no_winner(tracki
         "no winner: insufficient data (compiled: 20 of 20 steps disturbed)"
     )
     assert data["estimates"][fused]["cpu_time_us"]["verdict"] == "improvement"
+    mlflow.set_tracking_uri(None)
+
+
+def test_an_op_of_a_run_with_every_step_disturbed_is_there_untimed(tracking_uri, tmp_path) -> None:
+    """Every step of B disturbed (a loaded 2-core machine): its ops are not "gone", their
+    timing is insufficient data; counts still show; B's run is counted."""
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment("disturbed-every-op")
+    a = _run_with_steps("A", [100.0 + (i % 3) for i in range(20)], [False] * 20, ops=True)
+    b = _run_with_steps("B", [130.0] * 20, [True] * 20, ops=True)
+
+    data = _compare(b, "--baseline", a)
+    (op,) = data["ops"]
+    assert op["op"] == "aten::mul" and op["status"][b] == ""  # in both runs, not "gone"
+    assert op["values"][b] is None  # no undisturbed step to time
+    e = op["estimate"][b]
+    assert e["verdict"] == "insufficient data"
+    assert e["reason"] == "20 of 20 steps disturbed by other processes (B)"
+    assert data["values"][b]["op_calls"] == 1.0  # a count: load cannot change it
+    assert data["estimates"][b]["cpu_time_us"]["runs"] == [1, 1]
+    assert data["outcome"]["result"] == "no winner: insufficient data (B: 20 of 20 steps disturbed)"
+    statistic = data["estimates"][b]["cpu_time_us"]
+    assert statistic["verdict"] == "insufficient data"
+
+    text = _compare(b, "--baseline", a, fmt="table")["text"]
+    assert "[gone]" not in text and "only in the baseline" not in text
+    assert "- ()" not in text
+    (mul,) = [line for line in text.splitlines() if line.startswith("aten::mul ")]
+    assert "every step disturbed" in mul
+    (how_sure,) = [line for line in text.splitlines() if line.startswith("op aten::mul ")]
+    assert "insufficient data" in how_sure
+    calls = next(line for line in text.splitlines() if line.startswith("op_calls "))
+    assert calls.split()[1:] == ["1", "1", "(+0.0%)"]
+    cpu = next(line for line in text.splitlines() if line.startswith("cpu_time_us "))
+    assert cpu.split()[1:] == ["100.0", "-", "[every", "step", "disturbed]"]
+
+    page = tmp_path / "c.html"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main(["compare", b, "--baseline", a, "--html", str(page)])
+    html = page.read_text()
+    assert "[gone]" not in html and "only in the baseline" not in html
+    assert "every step disturbed" in html
+
+    # the gate cannot decide (exit 3), and says why: not "profile more steps"
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert main(["compare", b, "--baseline", a, "--fail-above", "10"]) == 3
+    advice = err.getvalue().splitlines()[-1]
+    assert "Schedule(active=20" not in advice
+    assert "every step of B was disturbed by other processes" in advice
     mlflow.set_tracking_uri(None)
