@@ -11,7 +11,8 @@ bounded, so a server that is down is one line and exit 1 at once.
 
 Exit codes: 0 the request is written (with ``--wait``: every rank's window is in the run),
 1 MLflow failed (or cannot be reached) or a window failed, 2 bad usage (unknown run, bad
-numbers), 3 refused by a rank (the reason is printed), 4 ``--wait`` timed out.
+numbers, a run that is not running: :func:`not_running`), 3 refused by a rank (the reason is
+printed), 4 ``--wait`` timed out (what each rank last said is printed).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ EXIT_REFUSED = 3
 EXIT_TIMEOUT = 4
 
 HEARTBEAT_PREFIX = "neuron_mlflow.capture.heartbeat.rank."
+STALE_POLLS = 10
+STALE_S = 60.0
+"""A heartbeat older than ``STALE_POLLS x poll_s`` (and ``STALE_S``): its job has ended."""
 
 
 def heartbeats(tags: dict[str, str]) -> dict[int, dict[str, Any]]:
@@ -75,6 +79,27 @@ def start_step(beats: dict[int, dict[str, Any]], roundup: int, now: float) -> in
         lead = max(lead, 2 * poll_s * rate)
     target = max(steps_now) + lead
     return int(math.ceil(target / roundup) * roundup)
+
+
+def not_running(status: str, beats: dict[int, dict[str, Any]], now: float) -> str | None:
+    """Why a run cannot take a request, or ``None``: it has ended (its status), or its newest
+    heartbeat is older than :data:`STALE_POLLS` x ``poll_s`` (and :data:`STALE_S`): the job
+    that polled it is gone. A run with no heartbeat yet may still be starting.
+
+    Example:
+        >>> not_running("RUNNING", {0: {"poll_s": 1.0, "time": 100.0}}, now=190.0)
+        'status RUNNING, last heartbeat 90 s ago'
+        >>> not_running("KILLED", {}, now=0.0), not_running("RUNNING", {}, now=0.0)
+        ('status KILLED, no heartbeat', None)
+    """
+    ended = status in ("FINISHED", "FAILED", "KILLED")
+    if not beats:
+        return f"status {status}, no heartbeat" if ended else None
+    age = now - max(float(b.get("time") or 0.0) for b in beats.values())
+    poll_s = max(float(b.get("poll_s") or 0.0) for b in beats.values())
+    if ended or age > max(STALE_POLLS * poll_s, STALE_S):
+        return f"status {status}, last heartbeat {age:.0f} s ago"
+    return None
 
 
 def _next_heartbeats(
@@ -133,6 +158,11 @@ def _capture(client: Any, args: argparse.Namespace) -> int:
         print(f"neuron-mlflow capture: MLflow failed at {uri}: {why}", file=sys.stderr)
         return EXIT_FAILURE
     beats = heartbeats(run.data.tags)
+    why_not = not_running(run.info.status, beats, time.time())
+    if why_not is not None:
+        print(f"neuron-mlflow capture: run {args.run_id} is not running ({why_not}): "
+              "it cannot take a request", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     if args.at_step is None and beats and not any(b.get("steps_per_s") for b in beats.values()):
         beats = _next_heartbeats(client, args.run_id, beats)  # a first beat has no rate yet
     at_step = args.at_step
@@ -183,9 +213,13 @@ def _wait(client: Any, args: argparse.Namespace, request_id: str, ranks: list[in
                 _print_done(client, run, done)
                 return EXIT_DONE
         if time.monotonic() >= deadline:
+            last = ", ".join(
+                f"rank {r} said {said[r].rsplit(' (request ', 1)[0]!r}" if r in said
+                else f"rank {r} said nothing" for r in ranks
+            )  # fmt: skip
             print(
-                f"neuron-mlflow capture: no answer from every rank within {args.timeout:g} s "
-                f"(ranks {ranks}); the request stays in the run",
+                f"neuron-mlflow capture: no final answer within {args.timeout:g} s ({last}); "
+                "the request stays in the run",
                 file=sys.stderr,
             )
             return EXIT_TIMEOUT

@@ -133,6 +133,9 @@ class StageWindows:
             raise WindowRequestRefused("this rank does not capture (ranks, stages or off)")
         if start is None:
             start = self.next_step if self.open_step is None else self.open_step + 1
+        # the session counts only the steps that reach it (quiet ones do not): it learns the
+        # stage's step first, or it would judge ``start`` against the end of its last window
+        self.session.seek(self.next_step if self.open_step is None else self.open_step)
         window = self.session.request_window(steps, warmup, start, reason)
         self.quiet_until = min(self.quiet_until, window.start)
         return window
