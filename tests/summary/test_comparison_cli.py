@@ -30,6 +30,7 @@ def runs(tracking_uri: str) -> dict[str, str]:
             for _ in range(3):
                 profiled(x, w)
             profiled.profiler.session.wait(60)
+            profiled.profiler.close()  # else its request poller queries the store till exit
             ids[name] = run.info.run_id
     with mlflow.start_run(run_name="parent") as parent:
         ids["parent"] = parent.info.run_id
