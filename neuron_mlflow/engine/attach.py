@@ -42,6 +42,7 @@ from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.capture_requests import start_for_stage
 from neuron_mlflow.engine.guard import Guard
 from neuron_mlflow.engine.options import Broadcast, Options
+from neuron_mlflow.engine.runs import end_run
 from neuron_mlflow.engine.session import ProfilingSession
 from neuron_mlflow.engine.stages import StageWindows, check_ranks, check_stages
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
@@ -84,6 +85,8 @@ class Attachment:
         self.profiled = {s: w if s in self.stages else None for s, w in self.windows.items()}
         """The windows of the profiled stages (``None`` for the others): a step hook's test."""
         self._worker: WorkerClient | None = None
+        self._run: str | None = None  # the run Options.resolve opened for us: ended by end()
+        self._raised: BaseException | None = None  # what the loop raised (abort)
         self._system: SystemMetrics | None = None
         self.guard = Guard(config.strict, self.turn_off)
         """Runs a hook's body: a failure of ours is one report (:mod:`~neuron_mlflow.engine.
@@ -132,6 +135,7 @@ class Attachment:
                 self.config, ranks=self.ranks, rank=rank, world_size=world_size, run=run,
                 broadcast=broadcast,
             )  # fmt: skip
+            self._run = self.options.run_id  # (end_run ends it only if open_run made it)
         options = self.options
         if options.captures and self._worker is None:
             self._worker = WorkerClient(Path(self.config.local_dir).absolute())
@@ -180,13 +184,15 @@ class Attachment:
 
     def abort(self, exc: BaseException) -> None:
         """The training raised ``exc``: every open window keeps its capture (incomplete)."""
+        self._raised = exc
         for windows in self.windows.values():
             self.guard(windows.abort, exc)
 
     def end(self) -> None:
         """The framework's loop ended: hand what is left to the worker process and stop what
         was started (the sessions, the capture-request watcher and its signal handler, the
-        worker registration, the system metrics). Nothing waits for the uploads (:meth:`wait`
+        worker registration, the system metrics); a run made for it ends, ``FAILED`` after
+        :meth:`abort`, else ``FINISHED``. Nothing waits for the uploads (:meth:`wait`
         does), except for a window asked for on demand whose asker waits for its ``done``
         answer (at most ``upload_timeout_s``). Idempotent."""
         for windows in self.windows.values():
@@ -203,6 +209,8 @@ class Attachment:
         if self._system is not None:
             system, self._system = self._system, None
             self.guard(system.stop)
+        run, self._run = self._run, None
+        end_run(run, self._raised)  # (never raises)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process

@@ -1,9 +1,8 @@
 """Which MLflow run a step-driven front end logs to when its framework names none.
 
-A run made here is this process's, as ``mlflow.start_run()``'s is: it is ``RUNNING`` while
-the process runs and ends when the process exits, ``FINISHED``, or ``FAILED`` after an
-uncaught exception (one exit hook, registered with the first such run); a killed process
-leaves it ``RUNNING``.
+A run made here is ``RUNNING`` until its front end's loop ends (:func:`end_run`):
+``FINISHED``, or ``FAILED`` when the loop raised. One still open when the process exits is
+ended then (``FAILED`` after an uncaught exception); a killed process leaves it ``RUNNING``.
 
 Example:
     >>> import mlflow
@@ -17,12 +16,12 @@ Example:
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import sys
 import warnings
 
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.guard import report
 from neuron_mlflow.errors import NeuronMlflowWarning
 
 
@@ -54,26 +53,40 @@ def open_run(config: ProfilerConfig) -> tuple[str | None, str | None]:
             stacklevel=3,
         )
         return sink.tracking_uri, None
-    if not _owned:
-        atexit.register(_end_owned_runs)
     _owned.append((sink.tracking_uri, run_id, os.getpid()))
     return sink.tracking_uri, run_id
 
 
 _owned: list[tuple[str, str, int]] = []
-"""The runs :func:`open_run` made: ``(tracking_uri, run_id, pid)``, ended at exit."""
+"""The runs :func:`open_run` made and no one ended yet: ``(tracking_uri, run_id, pid)``."""
 
 
-def _end_owned_runs() -> None:
-    """At exit, end the runs this process made: ``FAILED`` after an uncaught exception (the
+def end_run(run_id: str | None, exc: BaseException | None = None) -> None:
+    """End ``run_id`` now if :func:`open_run` made it and it is still open: ``FINISHED``, or
+    ``FAILED`` given the exception the job raised. Never raises: a failure is reported (the
+    run stays ``RUNNING``)."""
+    try:
+        for owned in [o for o in _owned if o[1] == run_id]:
+            _owned.remove(owned)
+            uri, made, pid = owned
+            if pid == os.getpid():  # (not in a forked child)
+                from mlflow import MlflowClient
+
+                from neuron_mlflow.sinks.reachability import bounded_http
+
+                with bounded_http():
+                    MlflowClient(uri).set_terminated(made, "FINISHED" if exc is None else "FAILED")
+    except Exception as error:
+        report(
+            f"neuron-mlflow: could not end the MLflow run {run_id} ({type(error).__name__}: "
+            f"{error}); it stays RUNNING, the job goes on"
+        )
+
+
+@atexit.register  # on import, as the engine's other exit hooks: it acts on `_owned` only
+def _end_owned_runs() -> None:  # (an unregistered hook stays in atexit._ncallbacks() on 3.11)
+    """At exit, end the runs still open: ``FAILED`` after an uncaught exception (the
     interpreter's ``sys.last_value``), else ``FINISHED``. Never raises."""
-    from mlflow import MlflowClient
-
-    from neuron_mlflow.sinks.reachability import bounded_http
-
-    failed = isinstance(getattr(sys, "last_value", None), BaseException)
-    owned, _owned[:] = list(_owned), []
-    for uri, run_id, pid in owned:
-        if pid == os.getpid():  # (not in a forked child)
-            with contextlib.suppress(Exception), bounded_http():
-                MlflowClient(uri).set_terminated(run_id, "FAILED" if failed else "FINISHED")
+    failed = getattr(sys, "last_value", None)
+    for _, run_id, _ in list(_owned):
+        end_run(run_id, failed if isinstance(failed, BaseException) else None)

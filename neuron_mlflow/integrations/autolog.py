@@ -545,9 +545,10 @@ def _end_loop(wait: bool, exc: BaseException | None = None) -> None:
 
 
 def _at_exit() -> None:
-    """Hand the loop's open window over (incomplete after an uncaught exception) and wait,
-    at most ``upload_timeout_s``, for the windows of the loop and of the callbacks autolog
-    added; then say so once if nothing was profiled."""
+    """Hand the loop's open window over (incomplete after an uncaught exception), end the run
+    made for it (``FAILED`` then, else ``FINISHED``) and wait, at most ``upload_timeout_s``,
+    for the windows of the loop and of the callbacks autolog added; then say so once if
+    nothing was profiled."""
     failed = getattr(sys, "last_value", None)
     _end_loop(True, failed if isinstance(failed, BaseException) else None)
     with contextlib.suppress(Exception):

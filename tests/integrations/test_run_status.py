@@ -1,7 +1,10 @@
 """The run ``nm.autolog()`` makes has MLflow's run status: ``RUNNING`` while the job runs,
 ``FINISHED`` when the process exits normally, ``FAILED`` when the user's code raised, and a
 SIGKILLed job leaves it ``RUNNING`` (never ``FINISHED`` before the job ended). Each job is a
-real Python process against a real SQLite store, read back with ``MlflowClient``."""
+real Python process against a real SQLite store, read back with ``MlflowClient``.
+
+The run the Lightning callback makes (no logger) ends with ``fit``: ``FINISHED``, or
+``FAILED`` when the training raised; no exit hook of ours is left (in-process, real store)."""
 
 from __future__ import annotations
 
@@ -10,13 +13,19 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from lightning.pytorch import Callback, Trainer
 from mlflow import MlflowClient
 
+import neuron_mlflow as nm
+from neuron_mlflow.engine import runs
 from tests.helpers import ROOT
+from tests.integrations import test_nothing_left_behind as left
 
 DEADLINE_S = 300.0  # a busy machine: a process importing torch and MLflow may take long
 
@@ -25,6 +34,7 @@ import sys, time
 from pathlib import Path
 import torch
 import neuron_mlflow as nm
+from neuron_mlflow.engine import runs
 from neuron_mlflow.integrations.autolog import autolog_run_id, autolog_summary
 
 mode = sys.argv[1]
@@ -109,3 +119,41 @@ def test_a_killed_job_leaves_its_run_running(job, tracking_uri) -> None:
     proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == -signal.SIGKILL
     assert _status(tracking_uri, run_id) == ("RUNNING", None)  # nothing of it could run
+
+
+class Status(Callback):
+    """The run's status while the fit runs (after the profiler's hooks of each batch)."""
+
+    def __init__(self, callback: nm.NeuronProfilerCallback) -> None:
+        self.callback, self.seen = callback, set()
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.seen.add(MlflowClient().get_run(self.callback.run_id).info.status)
+
+
+@pytest.mark.parametrize(("fail_at", "status"), [(None, "FINISHED"), (2, "FAILED")])
+def test_a_fit_without_a_logger_ends_its_run(tracking_uri, monkeypatch, fail_at, status) -> None:
+    seen = left.Seen()
+    callback = nm.NeuronProfilerCallback(
+        schedule=nm.Schedule(warmup=1, active=3), backend="cpu", poll_s=left.POLL_S,
+        experiment_name="status-fit", strict=fail_at is None,
+    )  # fmt: skip
+    running = Status(callback)
+    trainer = Trainer(
+        accelerator="cpu", devices=1, callbacks=[callback, left.Look(seen), running], logger=False,
+        max_steps=6, limit_val_batches=0, num_sanity_val_steps=0, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    with left.nothing_left_behind(seen, monkeypatch), warnings.catch_warnings():
+        warnings.simplefilter("ignore", nm.NeuronMlflowWarning)
+        if fail_at is None:
+            trainer.fit(left._model("train", None))
+        else:  # the user's exception, unchanged
+            with pytest.raises(left.Boom, match="batch 2 failed"):
+                trainer.fit(left._model("train", fail_at))
+    assert running.seen == {"RUNNING"}  # while the fit ran
+    assert callback.run_id not in [run for _, run, _ in runs._owned]  # none left to the exit hook
+    run_status, end_time = _status(tracking_uri, callback.run_id)
+    assert run_status == status
+    assert end_time is not None
+    assert callback.wait()
