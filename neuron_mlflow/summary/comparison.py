@@ -493,7 +493,8 @@ def decide(c: Comparison) -> Outcome:
     elif any(_mostly_disturbed(p) for p in (fastest, runner)):
         result = _disturbed_result(next(p for p in (fastest, runner) if _mostly_disturbed(p)))
     else:
-        result = f"no winner: insufficient data ({fastest.name} vs {runner.name}: {e.reason})"
+        why = "too close to call" if e.low is not None else "too few samples"  # (detail: why)
+        result = f"no winner: insufficient data, {why} ({fastest.name} vs {runner.name})"
     return Outcome(None, runner.name, None, e, result, detail)
 
 
@@ -917,6 +918,6 @@ def render_seed_markdown(c: Comparison) -> str:
     Example:
         >>> a = RunProfile("a", "naive", "p", {"cpu_time_us": 125.0, "op_calls": 6.0}, {})
         >>> render_seed_markdown(compare_profiles([a, a])).splitlines()[0]  # doctest: +ELLIPSIS
-        'Result: no winner: insufficient data (naive vs naive: too few samples on the baseline...'
+        'Result: no winner: insufficient data, too few samples (naive vs naive) (self CPU time...'
     """
     return render_seed_table(c) + "\n" + render_markdown(c, result=False)

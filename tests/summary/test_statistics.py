@@ -136,5 +136,5 @@ def test_an_interval_across_the_margin_is_too_close_to_call_and_the_answer_says_
                           samples=[{"cpu_time_us": steps[0]}])  # fmt: skip
 
     result = decide(compare_profiles([run("a", "naive", 100, 8), run("b", "fused", 95.2, 9)]))
-    assert result.result.startswith("no winner: insufficient data (fused vs naive: the interval [")
-    assert result.result.endswith("too close to call)")
+    assert result.result == "no winner: insufficient data, too close to call (fused vs naive)"
+    assert "crosses an edge of [0.952, 1.050]" in result.detail  # the result_detail tag
