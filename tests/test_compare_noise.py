@@ -4,8 +4,8 @@ On this 2-vCPU VM a process's steps can run about 25 % slower for seconds or for
 the run, quiet or busy, with no run-queue wait (so no step is marked disturbed): measured in
 one process, the same 20 multiplies went from 398 to 484 us a step mid-run and stayed there,
 profiled or not, with nothing else of ours running. One run a side cannot tell that from a
-change of the code (docs/comparing.md): in 3 runs a side, 2 of 3 fresh A/A-identical
-processes landed there in one quiet round. So the counts over pairs of single runs are the
+change of the code (docs/comparing.md): in one quiet round here, 2 of the 3 runs of the
+1.05x code landed there (6 of 9 pairs flagged). So the counts over pairs of single runs are the
 benchmark's to report (its bars, for runs that behave alike); this test asks what holds
 whatever speed each process ran at.
 """
