@@ -53,6 +53,7 @@ def test_download_of_a_torch_trace_points_to_perfetto(tmp_path, capsys) -> None:
     profiled = nm.profile(backend="cpu", schedule=nm.Schedule(warmup=0, active=1))(torch.ones)
     profiled(3)
     run_id = profiled.profiler.run_id
+    profiled.profiler.close()  # its SIGTERM handler and request poller: not for later tests
     assert main(["download", run_id, "--dest", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
     assert "# window profile/step_000000-000000" in out
