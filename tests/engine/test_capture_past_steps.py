@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 
 from neuron_mlflow.cli.app import main
 from neuron_mlflow.naming import CAPTURE_REQUEST_TAG, heartbeat_tag
+from tests.engine.test_capture_requests import _wait_for
 
 BIN = Path(sys.executable).parent
 DONE_S = 600  # accepted -> done waits for the worker's summary and upload (idle class)
@@ -36,14 +37,6 @@ while not pathlib.Path("stop").exists() and time.monotonic() < deadline:
     time.sleep(0.02)
 print("stopped")
 """
-
-
-def _wait_for(read, timeout_s: float = 300.0):
-    deadline = time.monotonic() + timeout_s
-    while not (value := read()):
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.2)
-    return value
 
 
 def _capture(env: dict[str, str], run_id: str, *args: str) -> tuple[int, str, str]:
@@ -82,7 +75,7 @@ def test_past_steps_are_refused_with_the_true_next_step(tracking_uri, tmp_path) 
         assert line, "".join(seen)[-3000:]
         run_id = line.split("neuron-mlflow capture ")[1].strip(" )\n")
         # no window yet: the session the request opens must not start counting at 0
-        _wait_for(lambda: step() >= 40)
+        _wait_for(lambda: step() >= 40, 300)
         code, out, err = _capture(env, run_id, "--at-step", "10", "--wait", "--timeout", "300")
         assert code == 3, out + err
         found = re.search(r"refused: step 10 is past \(the next step is (\d+)\)", out)
@@ -94,7 +87,7 @@ def test_past_steps_are_refused_with_the_true_next_step(tracking_uri, tmp_path) 
         assert code == 0, out + err
         assert f"accepted: steps {start}-{start + 1}" in out and "rank 0: done: " in out, out
         # after the window, a step between its end and the job's step is past
-        _wait_for(lambda: step() >= start + 60)
+        _wait_for(lambda: step() >= start + 60, 300)
         past = start + 20
         code, out, err = _capture(env, run_id, "--at-step", str(past), "--wait",
                                   "--timeout", "300")  # fmt: skip
