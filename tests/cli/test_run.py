@@ -412,9 +412,17 @@ def test_ctrl_c_reaches_the_command(tracking_uri, tmp_path) -> None:
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=240)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=240)
+    finally:  # a command that ignores SIGINT (started with it ignored) is not left running
+        if proc.poll() is None:
+            proc.terminate()  # the verb passes SIGTERM on to the command
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
     assert err.count("KeyboardInterrupt") == 1, err[-3000:]
     run_id = _only_run(tracking_uri, "run-sigint")
