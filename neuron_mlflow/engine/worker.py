@@ -137,8 +137,11 @@ class WorkerClient:
 
     def submit(self, window: Window) -> Path:
         """Queue the window's record (one small file, written under a hidden name and
-        renamed into the queue). A worker was made sure of when the window opened
-        (:meth:`ensure_running`), and a worker does not leave while a window is captured.
+        renamed into the queue), then make sure a worker serves the queue
+        (:meth:`ensure_running`: a few microseconds while one runs). One was started when
+        the window opened, but it can leave while the window is captured: a worker that
+        misses the window's capturing lock (its own probe of the file held the lock when the
+        window claimed it) idles out, and a job queued after it left would wait for `sync`.
 
         Returns:
             The job file.
@@ -154,6 +157,7 @@ class WorkerClient:
             queue.mkdir(parents=True, exist_ok=True)
             tmp.write_bytes(data)
         os.replace(tmp, queue / name)
+        self.ensure_running()  # after the job is in the queue: a leaving worker sees it
         return queue / name
 
     def ensure_running(self) -> bool:

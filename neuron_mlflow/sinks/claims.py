@@ -73,16 +73,22 @@ def claim_file(path: Path) -> Claim | None:
         import fcntl
     except ImportError:  # no flock here: nothing to coordinate with
         return Claim(None)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
+    for _ in range(3):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None  # held elsewhere
+            return Claim(None)  # a filesystem without flock (ENOSYS, ENOLCK...): no claims
+        if os.fstat(fd).st_nlink:
+            _held.add(fd)
+            return Claim(fd)
+        # removed between our open and our lock (a worker cleaning up after a dead client
+        # found it free): a lock on it would be seen by nobody
         os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None  # held elsewhere
-        return Claim(None)  # a filesystem without flock (ENOSYS, ENOLCK...): no claims here
-    _held.add(fd)
-    return Claim(fd)
+    return None
 
 
 QUEUE = ".queue"

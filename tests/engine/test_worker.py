@@ -16,7 +16,14 @@ import pytest
 from neuron_mlflow.engine import worker
 from neuron_mlflow.engine.sync import place_queued
 from neuron_mlflow.engine.worker import CLIENTS, Worker, WorkerClient, read_job
-from neuron_mlflow.sinks.claims import QUEUE, WORKER_LOCK, claim, claim_file, worker_running
+from neuron_mlflow.sinks.claims import (
+    QUEUE,
+    WORKER_LOCK,
+    claim,
+    claim_file,
+    release,
+    worker_running,
+)
 from neuron_mlflow.sinks.spool import MANIFEST, Spool
 from neuron_mlflow.sinks.window_record import Window, WindowState, decode_window, encode_window
 from tests.helpers import ROOT, metric_history, run_python
@@ -146,11 +153,15 @@ def test_a_job_killed_right_after_its_window_is_still_uploaded(tmp_path, trackin
 def test_a_job_file_is_the_windows_record(tmp_path) -> None:
     window = Window(state=WindowState.SPOOLED, artifact_path="p/step_000001-000002",
                     session="s", created="", captured_ms=0, upload=False)  # fmt: skip
-    path = WorkerClient(tmp_path).submit(window)
-    assert read_job(tmp_path, path) == window == decode_window(encode_window(window), "x")
-    path.write_bytes(b'{"schema_version": 3, "state": 3}')
-    with pytest.raises(ValueError, match="is not valid"):
-        read_job(tmp_path, path)
+    busy = claim_file(tmp_path / WORKER_LOCK)  # no worker takes the job
+    try:
+        path = WorkerClient(tmp_path).submit(window)
+        assert read_job(tmp_path, path) == window == decode_window(encode_window(window), "x")
+        path.write_bytes(b'{"schema_version": 3, "state": 3}')
+        with pytest.raises(ValueError, match="is not valid"):
+            read_job(tmp_path, path)
+    finally:
+        release(busy)
 
 
 def test_a_window_end_writes_only_its_job_and_the_worker_puts_the_window_in_place(
@@ -241,3 +252,37 @@ def test_the_worker_runs_in_the_normal_class_only_while_a_client_waits(tmp_path)
     finally:
         client.close()
     assert process.wait(timeout=60) == 0
+
+
+def test_a_window_queued_after_its_worker_left_starts_one(tmp_path, tracking_uri) -> None:
+    # The worker can leave while a window is captured: under load it may not see the
+    # window's capturing lock (its own probe of that file held the flock when the window
+    # claimed it), idle out and exit. The job queued at the window's end then has nobody to
+    # take it unless queuing it makes sure a worker runs (seen in the full suite: a zombie
+    # worker, an empty worker.log, the window left in .queue/ for good).
+    import torch
+
+    import neuron_mlflow as nm
+
+    spool = (tmp_path / "spool").absolute()
+    prof = nm.profile(backend="cpu", schedule=nm.Schedule(warmup=1, active=2), local_dir=str(spool))
+    try:
+        with prof:
+            for step in range(4):
+                torch.ones(4).mul_(2.0)
+                if step == 1:  # the window is open: its worker leaves
+                    process = worker._STARTED[spool]
+                    process.kill()
+                    process.wait(timeout=60)
+                prof.step()
+            # the window has ended and is queued; nobody waits for it (no wait(), no close())
+
+            def handled() -> bool:
+                records = list(Spool(spool).windows())
+                return bool(records) and all(r.manifest.get("handled") for r in records)
+
+            _wait(handled, timeout_s=120)
+    finally:
+        prof.close()
+    (record,) = list(Spool(spool).windows())
+    assert record.status == "done", record.manifest.get("error")
