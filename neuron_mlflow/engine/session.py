@@ -545,10 +545,11 @@ class ProfilingSession:
         return self._disabled
 
     def _end_capturing(self) -> None:
-        """The window is no longer captured: the worker may run its jobs again."""
+        """The window is no longer captured: the worker may run its jobs again (the
+        capturing lock file leaves ``.capturing/``)."""
         held, self._capturing_claim = self._capturing_claim, None
         if held is not None:
-            held.release()
+            self._worker.captured(held)
 
     def turn_off(self, exc: BaseException | None = None) -> None:
         """Stop capturing for good: the open window (if any) is dropped, no new one opens."""

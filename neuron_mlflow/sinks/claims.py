@@ -119,13 +119,69 @@ def is_held(path: Path) -> bool:
         >>> is_held(Path(tempfile.mkdtemp()) / "x.lock")
         False
     """
-    if not path.exists():
-        return False
-    held = claim_file(path)
-    if held is None:
+    fd = _lock_existing(path)
+    if fd is None:
         return True
-    held.release()
+    if fd >= 0:
+        os.close(fd)
     return False
+
+
+def remove_if_free(path: Path) -> bool:
+    """Remove the lock file ``path`` unless another process holds it; True when it is gone
+    (removed now, or missing). It is removed while this process holds it: a process that
+    opened it meanwhile finds it removed once it has the lock, and takes a new one
+    (:func:`claim_file`).
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "x.lock"
+        >>> held = claim_file(path)
+        >>> remove_if_free(path), path.exists()  # held (the flock is per open file)
+        (False, True)
+        >>> held.release(); remove_if_free(path), path.exists()
+        (True, False)
+    """
+    fd = _lock_existing(path)
+    if fd is None:
+        return False
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return True
+
+
+def _lock_existing(path: Path) -> int | None:
+    """An exclusive ``flock`` on the file ``path`` as it is, without creating it: the
+    descriptor (``-1``: no file, or nothing to lock with), or ``None`` when another process
+    holds it. (A probe never leaves a file behind: one that a process removes while this
+    probe opens it is looked up again.)"""
+    try:
+        import fcntl
+    except ImportError:
+        return -1
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return -1
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            return -1
+        if os.fstat(fd).st_nlink:
+            return fd
+        os.close(fd)  # removed meanwhile: look again
+    return -1
 
 
 def queued_for_worker(root: Path) -> set[Path]:
