@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -223,7 +224,13 @@ class Spool:
         the window opens (so that putting it in place is one rename).
         """
         path = session_dir / CAPTURE / f"window_{window_index}"
-        path.mkdir(parents=True, exist_ok=True)
+        for attempt in range(3):
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                break
+            except FileNotFoundError:  # `.capture` removed meanwhile: its last window was
+                if attempt == 2:  # put in place (:meth:`place`) between our two mkdirs
+                    raise
         if prefix is not None:
             (session_dir / prefix).mkdir(parents=True, exist_ok=True)
         return path
@@ -326,6 +333,7 @@ class Spool:
         except BaseException:
             release(held)
             raise
+        _remove_if_empty(staged.parent)
         return WindowRecord(path=path, window=window, claim=held)
 
     def windows(self, *statuses: Status) -> Iterator[WindowRecord]:
@@ -352,6 +360,14 @@ class Spool:
                 yield record
 
 
+def _remove_if_empty(staging: Path) -> None:
+    """The session's ``.capture/`` once its last staged window was put in place (a window
+    staged since keeps it; :meth:`Spool.capture_dir` makes it again for the next one)."""
+    if staging.name == CAPTURE:
+        with contextlib.suppress(OSError):
+            staging.rmdir()
+
+
 def _take_over(path: Path, window: Window, staged: Path, claimed: bool) -> WindowRecord:
     """Another window holds ``path`` (the same steps captured again): ``staged``'s
     artifacts replace its own, and the record is saved last."""
@@ -361,6 +377,7 @@ def _take_over(path: Path, window: Window, staged: Path, claimed: bool) -> Windo
         shutil.rmtree(path / ARTIFACTS)
         os.replace(staged / ARTIFACTS, path / ARTIFACTS)
     shutil.rmtree(staged, ignore_errors=True)
+    _remove_if_empty(staged.parent)
     record = WindowRecord(path=path, window=window, claim=held)
     try:
         record.save()
