@@ -16,7 +16,7 @@ from typing import Any
 
 from neuron_mlflow.capture.profile_reader import looks_like_trace
 from neuron_mlflow.engine.environment import package_version
-from neuron_mlflow.engine.pipeline import write_files
+from neuron_mlflow.engine.pipeline import clean_up, write_files
 from neuron_mlflow.errors import IngestError
 from neuron_mlflow.naming import (
     busy_metric,
@@ -144,7 +144,9 @@ def ingest(
 ) -> tuple[str, WindowRecord, dict[int, tuple[Path, TraceResult]]]:
     """Spool the traces as one window and log it into ``run_id`` (or a new run).
 
-    The window is written to the spool first, so it survives an unreachable server.
+    The window is written to the spool first (the trace files copied), so it survives an
+    unreachable server; once MLflow confirmed it, the spool's copy of the traces leaves, as
+    a live window's does (the files given are never touched).
 
     Raises:
         IngestError: no traces, or ``run_id`` does not exist.
@@ -179,6 +181,7 @@ def ingest(
         tags = record.window.tags
         target = run_id or sink.create_run(experiment, run_name="ingest", tags=tags)
         sink.upload(record, target)
+        clean_up(record)  # the spool's copy of the traces (never the files given)
     finally:
         record.release()
     return target, record, ranks

@@ -55,7 +55,7 @@ from neuron_mlflow.trace.window_report import write_window_report
 if TYPE_CHECKING:
     from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 
-__all__ = ["WindowFailed", "finish_window", "summarise_window", "write_files"]
+__all__ = ["WindowFailed", "clean_up", "finish_window", "summarise_window", "write_files"]
 
 
 class WindowFailed(NeuronMlflowError):
@@ -115,18 +115,22 @@ def finish_window(
         )
         record.upload_failed(message)
         raise WindowFailed(message) from exc
-    _clean_up(record)
+    clean_up(record)
     return summary
 
 
-def _clean_up(record: WindowRecord) -> None:
+def clean_up(record: WindowRecord) -> None:
     """After MLflow confirmed the window: its trace files leave the spool (unless
-    ``keep_local``), and the spool is held to ``local_max_bytes``; the record stays."""
+    ``keep_local``), and the spool is held to ``local_max_bytes``; the record stays. A
+    record without a config (an ingested window, a first-release one) has the defaults:
+    its traces leave, no cap. Call it while holding the window's claim."""
     from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload
 
     config = record.window.config
-    if record.status == "done" and config is not None:
-        cleanup_after_upload(record.path, config.keep_local, config.local_max_bytes)
+    if record.status == "done":
+        keep_local = config.keep_local if config is not None else False
+        cap = config.local_max_bytes if config is not None else None
+        cleanup_after_upload(record.path, keep_local, cap)
 
 
 def summarise_window(record: WindowRecord) -> OpSummary:
