@@ -103,6 +103,49 @@ def _not_a_spool(local_dir: str) -> str | None:
     return None
 
 
+def _cannot_make(folder: Path) -> str | None:
+    """Why the missing ``folder`` cannot be made (a file on its way, no permission,
+    ``/proc``), or None; what was made to find out is removed again (the verb makes it when
+    it writes there)."""
+    missing = [folder, *(p for p in folder.parents if not p.exists())]
+    try:
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        blocker = next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
+        return f"{why}: {blocker}" if blocker is not None else why
+    for made in missing:
+        try:
+            made.rmdir()
+        except OSError:
+            break
+    return None
+
+
+def folder_problem(flag: str, folder: Path) -> str | None:
+    """Why ``folder`` cannot be an output folder (``download --dest``, ``--local-dir``): it
+    exists and is not a folder, or it cannot be made; None when it is a folder or can be made
+    (nothing is left behind by looking).
+
+    Example:
+        >>> import tempfile
+        >>> file = Path(tempfile.mkdtemp()) / "notes.txt"
+        >>> _ = file.write_text("x")
+        >>> folder_problem("--dest", file)  # doctest: +ELLIPSIS
+        '--dest /tmp/.../notes.txt: it is a file, not a folder; give a folder (made if missing)'
+        >>> folder_problem("--dest", file / "sub")  # doctest: +ELLIPSIS
+        '--dest /tmp/.../notes.txt/sub: cannot make the folder (Not a directory: /tmp/...)'
+        >>> folder_problem("--dest", file.parent / "new" / "d"), (file.parent / "new").exists()
+        (None, False)
+    """
+    if folder.is_dir():
+        return None
+    if folder.exists() or folder.is_symlink():
+        return f"{flag} {folder}: it is a file, not a folder; give a folder (made if missing)"
+    why = _cannot_make(folder)
+    return f"{flag} {folder}: cannot make the folder ({why})" if why is not None else None
+
+
 def _not_a_trace(path: Path) -> str | None:
     """Why ``path`` cannot be a trace file, from its first bytes; None when it may be one
     (a truncated or malformed trace is the reader's to say, with its byte offset)."""
@@ -216,6 +259,11 @@ def _ingest(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"neuron-mlflow ingest: {problem}", file=sys.stderr)
             return EXIT_USAGE
+    where = "--local-dir" if args.local_dir else "the spool folder (local_dir)"
+    problem = folder_problem(where, local_dir)  # before any run is made
+    if problem is not None:
+        print(f"neuron-mlflow ingest: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         ProfilerConfig(metric_prefix=args.prefix)
         run_id, record, ranks = ingest(paths, args.run_id, args.experiment, args.prefix, local_dir)
@@ -225,6 +273,13 @@ def _ingest(args: argparse.Namespace) -> int:
     except ConnectionError as exc:
         print(f"neuron-mlflow ingest: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except OSError as exc:
+        if exc.filename is None:  # not a file's (a network error): a failure
+            print(f"neuron-mlflow ingest: {' '.join(str(exc).split())}", file=sys.stderr)
+            return EXIT_FAILURE
+        # a trace that cannot be read, a spool that cannot be written
+        print(f"neuron-mlflow ingest: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     for rank, (path, result) in ranks.items():
         print(
             f"rank {rank}: {path} ({result.device_events} device events, "
@@ -241,14 +296,24 @@ def _download(args: argparse.Namespace) -> int:
 
     from neuron_mlflow.sinks.download import DownloadError, print_download
 
+    dest = Path(args.dest)
+    problem = folder_problem("--dest", dest)
+    if problem is not None:
+        print(f"neuron-mlflow download: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if _unreachable("download"):
         return EXIT_FAILURE
     try:
-        code = print_download(
-            MlflowClient(), args.run_id, args.window, Path(args.dest), sys.stdout, args.open
-        )
+        code = print_download(MlflowClient(), args.run_id, args.window, dest, sys.stdout, args.open)
     except DownloadError as exc:
         print(f"neuron-mlflow download: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        if exc.filename is None:  # not a file's (a network error): a failure
+            return _mlflow_failed("download", exc)
+        # writing under --dest (a full disk, no permission)
+        print(f"neuron-mlflow download: --dest {dest}: cannot write {exc.filename} "
+              f"({exc.strerror or exc})", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     except MlflowException as exc:
         return _mlflow_failed("download", exc)

@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Download the traces of one window (default: the latest) of RUN_ID into DEST, with "
             "names and nesting unchanged, and print the neuron-explorer commands: one per "
             "rank's profile directory, one for all ranks together, and device-only views for "
-            ".neff + .ntff pairs that belong together. Exit 2 for an unknown run or window."
+            ".neff + .ntff pairs that belong together. Exit 2 for an unknown run or window, "
+            "or a DEST that is a file or cannot be made."
         ),
     )
     download.add_argument("run_id", metavar="RUN_ID")

@@ -16,15 +16,27 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import socket
 from pathlib import Path
 
 from neuron_mlflow.engine.pipeline import finish_window
-from neuron_mlflow.engine.worker import queued_place, read_job
+from neuron_mlflow.engine.worker import (
+    CAPTURING,
+    CLIENTS,
+    drop_job,
+    held_locks,
+    queued_place,
+    read_job,
+)
 from neuron_mlflow.sinks.claims import QUEUE, worker_running
 from neuron_mlflow.sinks.pending import SyncReport, upload_pending
-from neuron_mlflow.sinks.spool import Spool
+from neuron_mlflow.sinks.spool import CAPTURE, Spool, WindowRecord
+from neuron_mlflow.sinks.window_record import Window
 
-__all__ = ["place_queued", "sync_pending"]
+__all__ = ["drop_finished_jobs", "place_queued", "remove_abandoned_captures", "sync_pending"]
 
 
 def place_queued(local_dir: str | Path) -> SyncReport:
@@ -88,8 +100,120 @@ def sync_pending(
     Raises:
         ConnectionError: the tracking server is not reachable (nothing was uploaded).
     """
+    root = Path(local_dir)
+    for folder in (CLIENTS, CAPTURING):  # dead processes' lock files leave, as the worker's
+        held_locks(root / folder)
     placed = place_queued(local_dir)
-    report = upload_pending(local_dir, tracking_uri, include_incomplete, finish_window)
+    remove_abandoned_captures(root)
+    try:
+        report = upload_pending(local_dir, tracking_uri, include_incomplete, finish_window)
+    finally:
+        drop_finished_jobs(root)
     report.busy.extend(placed.busy)
     report.failed.extend(placed.failed)
     return report
+
+
+def _jobs(root: Path) -> list[tuple[Path, Window]]:
+    """The queue's readable jobs, oldest first (an unreadable one is the worker's, or
+    :func:`place_queued`'s, to report)."""
+    queue = root / QUEUE
+    found = []
+    for path in sorted(queue.glob("*.json")) if queue.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            found.append((path, read_job(root, path)))
+    return found
+
+
+def drop_finished_jobs(local_dir: str | Path) -> list[Path]:
+    """Drop the queued jobs whose window is in place and uploaded (by this ``sync``, or an
+    earlier one), unless a worker runs (it drops its own): as the worker does once it
+    finished a window (:func:`~neuron_mlflow.engine.worker.drop_job`). A worker that read
+    such a job would find nothing left to do. Returns the job files dropped.
+
+    Example:
+        >>> import tempfile
+        >>> drop_finished_jobs(tempfile.mkdtemp())
+        []
+    """
+    root = Path(local_dir)
+    jobs = _jobs(root)
+    if not jobs or worker_running(root):
+        return []
+    spool, dropped = Spool(root), []
+    for path, window in jobs:
+        if spool.staged_dir(window).is_dir():
+            continue  # not in place
+        try:
+            done = WindowRecord.load(queued_place(root, window)).status == "done"
+        except (OSError, ValueError):
+            continue
+        if done:
+            drop_job(path)
+            dropped.append(path)
+    return dropped
+
+
+_SESSION = re.compile(r"\d{8}T\d{6}Z_(?P<host>.+)_pid(?P<pid>\d+)_\d+")
+"""A session folder's name (:meth:`~neuron_mlflow.sinks.spool.Spool.new_session_dir`)."""
+
+
+def _process_gone(session: str) -> bool:
+    """True when the process that made the session folder ``session`` ran on this host and
+    has ended (False when unsure: another host, a name of another form, no permission)."""
+    match = _SESSION.fullmatch(session)
+    if match is None or match["host"] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def remove_abandoned_captures(local_dir: str | Path) -> list[Path]:
+    """Remove the staging folders (``<session>/.capture/window_<n>/``) that hold no file,
+    of sessions whose process has ended (a ``SIGKILL`` in the middle of a window: torch held
+    the window in memory, nothing can be recovered), with the session's other empty
+    folders. Only empty folders are removed, and only when no window is being captured in
+    the spool (no ``.capturing/`` lock held), the session's process (named in its folder,
+    this host) is gone and no queued job names the session. Returns the staging folders
+    removed.
+
+    Example:
+        >>> import tempfile
+        >>> remove_abandoned_captures(tempfile.mkdtemp())
+        []
+    """
+    root = Path(local_dir)
+    candidates = sorted(root.glob(f"*/{CAPTURE}/*/"))
+    if not candidates or held_locks(root / CAPTURING):
+        return []
+    queued = {window.session for _, window in _jobs(root)}
+    removed = []
+    for staging in candidates:
+        session = staging.parent.parent
+        if session.name in queued or not _process_gone(session.name):
+            continue
+        if any(not p.is_dir() for p in staging.rglob("*")):
+            continue  # a file: not ours to judge
+        for folder in sorted((p for p in staging.rglob("*")), reverse=True):
+            _rmdir(folder)
+        if _rmdir(staging):
+            removed.append(staging)
+        _rmdir(staging.parent)
+        for folder in sorted((p for p in session.rglob("*") if p.is_dir()), reverse=True):
+            _rmdir(folder)  # the window's empty P/ folder, made when it opened
+        _rmdir(session)
+    return removed
+
+
+def _rmdir(folder: Path) -> bool:
+    """Remove ``folder`` if it is an empty folder; True when removed."""
+    try:
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
