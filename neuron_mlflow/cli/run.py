@@ -246,6 +246,15 @@ def _problem(exc: Exception) -> str:
     return "; ".join(dict.fromkeys(parts))
 
 
+def _spool_problem(args: argparse.Namespace, config: ProfilerConfig) -> str | None:
+    """Why the spool folder (``--local-dir``, else ``local_dir`` from the environment or
+    ``--config``) cannot be one: it is a file, or it cannot be made; None when it can be."""
+    from neuron_mlflow.cli.app import folder_problem
+
+    given = getattr(args, "field:local_dir", None) is not None
+    return folder_problem("--local-dir" if given else "local_dir", Path(config.local_dir))
+
+
 @dataclass
 class _Run:
     """The MLflow run the verb made for the command (``None`` id: no server)."""
@@ -403,6 +412,10 @@ def run_command(argv: Sequence[str]) -> int:
     config = _checked_config(config_env)
     if isinstance(config, str):
         print(f"neuron-mlflow run: {config}", file=sys.stderr)
+        return EXIT_USAGE
+    problem = _spool_problem(args, config)
+    if problem is not None:  # before a run is made or the command starts
+        print(f"neuron-mlflow run: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if shutil.which(command[0]) is None and not Path(command[0]).exists():
         print(f"neuron-mlflow run: command not found: {command[0]}", file=sys.stderr)

@@ -220,7 +220,7 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
 
     Raises:
         DownloadError: the run or window does not exist (a run without windows but with child
-            runs lists them), or the window has no traces.
+            runs lists them), the window has no traces, or ``dest`` cannot be made (a file).
         MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
     """
     from mlflow.exceptions import MlflowException
@@ -246,7 +246,11 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
             raise DownloadError(
                 f"window {chosen!r} has no traces (logged with upload_traces=False?)"
             )
-        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file, or a path under one; no permission; /proc
+            why = "it is a file" if dest.exists() else (exc.strerror or type(exc).__name__)
+            raise DownloadError(f"cannot make the folder {dest} ({why})") from exc
         local = client.download_artifacts(run_id, f"{chosen}/traces", str(dest))
     return chosen, Path(local)
 
@@ -266,7 +270,8 @@ def print_download(
         The exit code of the command that ran (0 when none ran).
 
     Raises:
-        DownloadError: the run or window does not exist, or the window has no traces.
+        DownloadError: the run or window does not exist, the window has no traces, or
+            ``dest`` cannot be made.
         MlflowException: MLflow failed otherwise.
     """
     chosen, local = download_window(client, run_id, window, dest)
