@@ -146,6 +146,39 @@ def folder_problem(flag: str, folder: Path) -> str | None:
     return f"{flag} {folder}: cannot make the folder ({why})" if why is not None else None
 
 
+def _html_problem(path: Path) -> str | None:
+    """Why ``compare --html PATH`` cannot be written: PATH is a folder, its folder is a file or
+    cannot be made, or a new file cannot be made there (``/proc``, no permission); None
+    otherwise (a failure while writing is told then). Nothing is left behind by looking.
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _html_problem(folder)  # doctest: +ELLIPSIS
+        '--html /tmp/...: it is a folder; give a file path, such as /tmp/.../comparison.html'
+        >>> _html_problem(folder / "new" / "comparison.html"), list(folder.iterdir())
+        (None, [])
+    """
+    from neuron_mlflow.naming import COMPARISON_HTML
+
+    if path.is_dir():
+        return f"--html {path}: it is a folder; give a file path, such as {path / COMPARISON_HTML}"
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        return f"--html {path}: its folder {folder} is a file"
+    if not folder.exists():
+        why = _cannot_make(folder)
+        return f"--html {path}: cannot make its folder {folder} ({why})" if why else None
+    if path.exists():
+        return None if os.access(path, os.W_OK) else f"--html {path}: cannot write it"
+    try:
+        path.open("x").close()
+    except OSError as exc:
+        return f"--html {path}: cannot write it ({exc.strerror or type(exc).__name__})"
+    path.unlink()
+    return None
+
+
 def _not_a_trace(path: Path) -> str | None:
     """Why ``path`` cannot be a trace file, from its first bytes; None when it may be one
     (a truncated or malformed trace is the reader's to say, with its byte offset)."""
@@ -513,6 +546,8 @@ def _bad_compare_options(args: argparse.Namespace) -> str | None:
         return f"{given} without its partner: --experiment NAME and --last K go together"
     if args.split_by and args.experiment is None:
         return f"--split-by {args.split_by}: goes with --experiment NAME --last K"
+    if args.html:
+        return _html_problem(Path(args.html))
     return None
 
 
@@ -538,6 +573,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
     from neuron_mlflow.errors import CompareError
+    from neuron_mlflow.sinks.comparison_files import check_log_to
     from neuron_mlflow.sinks.profiles import load_profiles
     from neuron_mlflow.summary.comparison import (
         RunProfile,
@@ -549,6 +585,8 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
     )
 
     try:
+        if args.log_to:  # before any work, as a bad --baseline
+            check_log_to(client, args.log_to)
         sides = _sides(args, client)
         if len(sides) < 2:
             found = (

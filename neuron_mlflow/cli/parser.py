@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
             "variant; a profiled run without nested runs is a job of its own). Which runs "
             "each side holds is printed on stderr (JSON: 'runs'). Exit "
             "codes: 0 ok, 1 regression (the interval's lower bound above 1 + --fail-above/100), "
-            "2 bad usage (unknown runs, no profile metrics), 3 insufficient data for the gate "
+            "2 bad usage (unknown runs, no profile metrics, an --html PATH that cannot be "
+            "written, an unknown --log-to RUN), 3 insufficient data for the gate "
             "(unless --allow-insufficient)."
         ),
     )

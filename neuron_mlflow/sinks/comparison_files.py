@@ -25,6 +25,28 @@ from neuron_mlflow.summary.comparison import Comparison, render_seed_markdown
 from neuron_mlflow.summary.comparison_html import render_comparison_html
 
 
+def check_log_to(client: Any, log_to: str) -> None:
+    """Make sure ``log_to`` (``compare --log-to RUN``) is a run of the tracking server, before
+    anything is compared.
+
+    Raises:
+        CompareError: it is not (one line naming the run and the server).
+        MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
+    """
+    from mlflow.exceptions import MlflowException
+
+    from neuron_mlflow.sinks.profiles import is_not_found
+
+    try:
+        client.get_run(log_to)
+    except MlflowException as exc:
+        if not is_not_found(exc):
+            raise
+        raise CompareError(
+            f"--log-to: run {log_to!r} was not found at {client.tracking_uri}"
+        ) from exc
+
+
 def publish_comparison(
     comparison: Comparison,
     html_path: Path | None = None,
@@ -46,25 +68,26 @@ def publish_comparison(
         What was written: the file path and/or ``runs:/<run>/comparison.html``.
 
     Raises:
-        CompareError: ``log_to`` is not a run of the tracking server.
+        CompareError: ``html_path`` cannot be written (a folder; its folder cannot be made),
+            or ``log_to`` is not a run of the tracking server.
+        MlflowException: MLflow failed otherwise.
     """
     page = render_comparison_html(comparison, fail_above_pct=fail_above_pct)
     done = []
     if html_path is not None:
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(page, encoding="utf-8")
+        try:
+            html_path.parent.mkdir(parents=True, exist_ok=True)
+            html_path.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            why = "it is a folder" if html_path.is_dir() else exc.strerror or type(exc).__name__
+            where = "" if exc.filename in (None, str(html_path)) else f": {exc.filename}"
+            raise CompareError(f"--html {html_path}: cannot write it ({why}{where})") from exc
         done.append(str(html_path))
     if log_to is not None:
         from mlflow import MlflowClient
-        from mlflow.exceptions import MlflowException
 
         client = client or MlflowClient()
-        try:
-            client.get_run(log_to)
-        except MlflowException as exc:
-            raise CompareError(
-                f"--log-to: run {log_to!r} was not found at {client.tracking_uri}"
-            ) from exc
+        check_log_to(client, log_to)
         with tempfile.TemporaryDirectory(prefix="neuron-mlflow-compare-") as tmp:
             for name, text in (
                 (COMPARISON_MARKDOWN, render_seed_markdown(comparison)),

@@ -1,7 +1,7 @@
-"""Output folders a verb cannot use: `download --dest`, `ingest --local-dir` and `run
---local-dir` given a file, or a path that cannot be made. Each is one line on stderr naming
-the path with exit code 2, given before any work (nothing on stdout, no run made), against a
-real MLflow SQLite store."""
+"""Output paths a verb cannot use: `download --dest`, `compare --html`, `ingest --local-dir`
+and `run --local-dir` given a file, or a path that cannot be made, and `compare --log-to` an
+unknown run. Each is one line on stderr naming the path (or run) with exit code 2, given
+before any work (nothing on stdout, no run made), against a real MLflow SQLite store."""
 
 from __future__ import annotations
 
@@ -58,6 +58,37 @@ def test_download_dest_that_cannot_be_a_folder(profiled_run, a_file, tmp_path, c
         assert err.startswith(f"neuron-mlflow download: --dest {dest}: "), err
     assert a_file.read_text() == "print('hello')\n"
     assert main(["download", profiled_run, "--dest", str(tmp_path / "new" / "d")]) == 0
+
+
+def test_compare_html_that_cannot_be_written(profiled_run, a_file, tmp_path, capsys) -> None:
+    for html in [tmp_path, a_file / "comparison.html"] + (
+        [Path("/proc/x.html")] if Path("/proc/self").is_dir() else []
+    ):
+        argv = ["compare", profiled_run, profiled_run, "--html", str(html)]
+        err = _one_line_error(capsys, argv)
+        assert err.startswith(f"neuron-mlflow compare: --html {html}: "), err
+    good = tmp_path / "new" / "comparison.html"
+    assert main(["compare", profiled_run, profiled_run, "--html", str(good)]) == 0
+    assert good.read_text(encoding="utf-8").startswith("<!")
+
+
+def test_publish_comparison_says_which_path_it_cannot_write(tmp_path) -> None:
+    from neuron_mlflow.errors import CompareError
+    from neuron_mlflow.sinks.comparison_files import publish_comparison
+    from neuron_mlflow.summary.comparison import RunProfile, compare_profiles
+
+    a = RunProfile("a", "naive", "p", {"cpu_time_us": 125.0}, {})
+    b = RunProfile("b", "fused", "p", {"cpu_time_us": 48.0}, {})
+    with pytest.raises(CompareError, match=f"--html {tmp_path}: "):
+        publish_comparison(compare_profiles([a, b]), html_path=tmp_path)
+
+
+def test_compare_log_to_an_unknown_run_before_comparing(profiled_run, tracking_uri, capsys):
+    argv = ["compare", profiled_run, profiled_run, "--log-to", "deadbeef"]
+    err = _one_line_error(capsys, argv)
+    assert err == (
+        f"neuron-mlflow compare: --log-to: run 'deadbeef' was not found at {tracking_uri}\n"
+    )
 
 
 def test_ingest_local_dir_that_cannot_be_a_folder(a_file, capsys) -> None:
