@@ -83,6 +83,17 @@ def _quiet_mlflow() -> Iterator[None]:
         logger.setLevel(before)
 
 
+def run_not_found(run_id: str, tracking_uri: str) -> str:
+    """An unknown run, in the words of every verb (as ``load_profile`` and
+    ``download_window`` say it).
+
+    Example:
+        >>> run_not_found("deadbeef", "sqlite:///mlflow.db")
+        "run 'deadbeef' was not found at sqlite:///mlflow.db"
+    """
+    return f"run {run_id!r} was not found at {tracking_uri}"
+
+
 def _mlflow_failed(verb: str, exc: Exception) -> int:
     """One line on stderr for an MLflow call that failed (not an unknown id); exit 1."""
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri

@@ -144,16 +144,18 @@ def run_capture(args: argparse.Namespace) -> int:
 
 
 def _capture(client: Any, args: argparse.Namespace) -> int:
+    from neuron_mlflow.cli.app import run_not_found
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
     from neuron_mlflow.sinks.profiles import is_not_found
 
     try:
         run = client.get_run(args.run_id)
     except Exception as exc:
-        why = " ".join(str(exc).split())
         if is_not_found(exc):
-            print(f"neuron-mlflow capture: unknown run {args.run_id!r}: {why}", file=sys.stderr)
+            unknown = run_not_found(args.run_id, client.tracking_uri)
+            print(f"neuron-mlflow capture: {unknown}", file=sys.stderr)
             return EXIT_USAGE
+        why = " ".join(str(exc).split())
         uri = current_tracking_uri()
         print(f"neuron-mlflow capture: MLflow failed at {uri}: {why}", file=sys.stderr)
         return EXIT_FAILURE

@@ -268,7 +268,7 @@ def test_a_failing_server_is_a_failure_not_an_unknown_run(
     [
         ("compare", "neuron-mlflow compare: run 'abc' was not found at sqlite:///"),
         ("download", "neuron-mlflow download: run 'abc' was not found at sqlite:///"),
-        ("capture", "neuron-mlflow capture: unknown run 'abc': Run with id=abc not found"),
+        ("capture", "neuron-mlflow capture: run 'abc' was not found at sqlite:///"),
     ],
 )
 def test_an_unknown_run_is_still_bad_usage(verb, expected, tmp_path, monkeypatch, capsys) -> None:
