@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 import neuron_mlflow as nm
 from neuron_mlflow.cli import main
-from neuron_mlflow.sinks.claims import claim, worker_running
+from neuron_mlflow.sinks.claims import QUEUE, claim, worker_running
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload, prune, spool_bytes
 from tests.conftest import free_port
@@ -73,9 +73,14 @@ def _offline_job(spool: Path, keep: bool = True) -> None:
     script.write_text(OFFLINE_JOB)
     unreachable = f"http://127.0.0.1:{free_port()}"
     run_python([str(script), str(spool), "keep" if keep else "clean"], unreachable)
-    # its worker gives the window up (upload_timeout_s=0, its job ended) and exits; until then
-    # `sync` leaves the window to it
-    assert _eventually(lambda: not worker_running(spool)), "the worker exits"
+
+    # its worker puts the window in place, gives it up (upload_timeout_s=0, its job ended)
+    # and exits; until then `sync` leaves the window to it. (An idle-class worker on a busy
+    # host may not hold its lock yet when the job ends: wait for the queue too.)
+    def given_up() -> bool:
+        return not list((spool / QUEUE).glob("*.json")) and not worker_running(spool)
+
+    assert _eventually(given_up, timeout_s=120), "the worker places the window and exits"
 
 
 def _traces(record: WindowRecord) -> list[Path]:
