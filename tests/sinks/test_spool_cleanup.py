@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 import neuron_mlflow as nm
 from neuron_mlflow.cli import main
-from neuron_mlflow.sinks.claims import QUEUE, claim, worker_running
+from neuron_mlflow.sinks.claims import claim, worker_running
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload, prune, spool_bytes
 from tests.conftest import free_port
@@ -74,11 +74,12 @@ def _offline_job(spool: Path, keep: bool = True) -> None:
     unreachable = f"http://127.0.0.1:{free_port()}"
     run_python([str(script), str(spool), "keep" if keep else "clean"], unreachable)
 
-    # its worker puts the window in place, gives it up (upload_timeout_s=0, its job ended)
-    # and exits; until then `sync` leaves the window to it. (An idle-class worker on a busy
-    # host may not hold its lock yet when the job ends: wait for the queue too.)
+    # its worker puts the window in place, gives it up (upload_timeout_s=0, its job ended;
+    # the job stays queued for `sync`) and exits; until then `sync` leaves the window to it.
+    # (An idle-class worker on a busy host may not hold its lock yet when the job ends.)
     def given_up() -> bool:
-        return not list((spool / QUEUE).glob("*.json")) and not worker_running(spool)
+        pending = [r for r in Spool(spool).windows() if r.status == "pending"]
+        return bool(pending) and not worker_running(spool)
 
     assert _eventually(given_up, timeout_s=120), "the worker places the window and exits"
 
