@@ -60,7 +60,7 @@ def buffered_pass(stream: TraceStream) -> Totals:
             cat = event.cat
             if cat in OP_CATEGORIES:
                 if event.name.startswith(STEP_MARKER_PREFIX):
-                    totals.step_marker(cat, event.ts, event.dur)
+                    totals.step_ranges.append((event.ts, event.dur))
                     continue
                 thread = thread_of(event)
                 if event.name.startswith(MARKERS):  # nothing is replayed before the end

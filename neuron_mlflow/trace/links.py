@@ -14,7 +14,7 @@ Example:
     >>> totals = Totals()
     >>> outer, op = totals.name_id("aten::linear"), totals.name_id("aten::addmm")
     >>> kernel = totals.name_id("gemm")
-    >>> path = totals.node(totals.node(-1, outer, True), op, True)
+    >>> path = totals.new_node(totals.new_node(-1, outer << 2 | 2), op << 2 | 2)
     >>> links = Links(totals, Spill())
     >>> links.device(7, kernel, 4.0)  # the device event comes first and waits
     >>> links.launch(7, path)

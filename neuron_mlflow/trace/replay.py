@@ -16,8 +16,10 @@ Example:
     >>> from neuron_mlflow.trace.links import Links, Spill
     >>> totals = Totals()
     >>> thread = Thread(totals, Spill(), pid=1)
-    >>> for start, dur, name, ext in [(0.0, 10.0, "outer", 1), (2.0, 3.0, "inner", 2)]:
-    ...     thread.log(start, dur, totals.name_id(name), ext)
+    >>> thread.starts.extend([0.0, 2.0])  # the log: "outer" [0, 10], "inner" [2, 5]
+    >>> thread.durs.extend([10.0, 3.0])
+    >>> thread.names.extend([totals.name_id("outer"), totals.name_id("inner")])
+    >>> thread.exts.extend([1, 2])
     >>> launch = totals.name_id("cudaLaunchKernel")
     >>> thread.pending.append((3.0, 1.0, launch, 7, 2))  # a runtime call inside "inner"
     >>> links = Links(totals, Spill())
@@ -136,15 +138,6 @@ class Thread:
             totals.names,
         )
 
-    def log(self, start: float, dur: float, index: int, ext: int = -1) -> None:
-        """Log one operator (or marker: negative ``index``) of this thread, in start order."""
-        self.starts.append(start)
-        self.durs.append(dur)
-        self.names.append(index)
-        self.exts.append(ext)
-        if len(self.starts) >= BLOCK_OPS:
-            self.spill_tail()
-
     def _decided(self, child: Entry, folded: bool) -> None:
         """A folding candidate is decided: release the launches that waited on it."""
         if self.held:
@@ -174,13 +167,6 @@ class Thread:
         names = self.totals.names
         return parent is self.prev and parent[1] >= 0 and names[parent[1]] == names[index]
 
-    def end_all(self) -> None:
-        """Close the operators still open at the end of the trace."""
-        while self.stack:
-            self._fold(self.stack.pop())
-        if self.held:  # nothing is undecided any more
-            self._release()
-
     def spill_tail(self) -> None:
         """Move the log's tail to the spill file (called when it reaches ``BLOCK_OPS``)."""
         data = b"".join(a.tobytes() for a in (self.starts, self.durs, self.names, self.exts))
@@ -193,17 +179,16 @@ class Thread:
         if self.blocks:
             at, length, n = self.blocks.popleft()
             data = self.spill.read(at, length)
-            starts, durs, names, exts = array("d"), array("d"), array("q"), array("q")
-            columns: tuple[array[Any], ...] = (starts, durs, names, exts)
-            for i, column in enumerate(columns):
-                column.frombytes(data[8 * n * i : 8 * n * (i + 1)])
+            columns: list[array[Any]] = [
+                array(code, data[8 * n * i : 8 * n * (i + 1)]) for i, code in enumerate("ddqq")
+            ]
         elif self.starts:
-            starts, durs, names, exts = self.starts, self.durs, self.names, self.exts
+            columns = [self.starts, self.durs, self.names, self.exts]
             self.starts, self.durs = array("d"), array("d")
             self.names, self.exts = array("q"), array("q")
         else:
             return False
-        self.head = zip(starts, durs, names, exts)  # noqa: B905 (same length by construction)
+        self.head = zip(*columns)  # noqa: B905 (same length by construction)
         return True
 
     def replay(self, until: float, before: bool = False) -> None:
@@ -287,14 +272,6 @@ class Thread:
             totals.m_top_level += m_top
         totals.span_start, totals.span_end = span_start, span_end
 
-    def _pop_ended(self, ts: float) -> None:
-        """Close the open operators that ended before ``ts``."""
-        stack, candidates = self.stack, self.candidates
-        while stack and stack[-1][0] < ts:
-            popped = stack.pop()
-            if candidates:
-                self._fold(popped)
-
     def _find(self, ext: int, end: float) -> int:
         """The stack position of the open operator with External id ``ext`` that lasts
         until ``end`` or later; -1 if none."""
@@ -346,7 +323,7 @@ class Thread:
             raise OutOfOrder("runtime calls of a thread out of time order beyond the window")
         # The hot loop, once per runtime call: what nearly every call takes is inlined here
         # (closing the operators that ended, the innermost one's External id, the call's
-        # row, its call path; the rare steps stay in ``_pop_ended``, ``_find``, ``_path``),
+        # row, its call path; the rare steps stay in ``_find`` and ``_path``),
         # and ``replay`` is entered only when a logged operator starts early enough to
         # matter (``peek``: the next one; None when not known).
         stack, candidates, replay = self.stack, self.candidates, self.replay
@@ -374,7 +351,10 @@ class Thread:
                 if at < 0 and peek is not None and peek[0] == ts:  # or one starting with it
                     top = stack[-1] if stack else None
                     replay(ts)
-                    self._pop_ended(ts)
+                    while stack and stack[-1][0] < ts:
+                        popped = stack.pop()
+                        if candidates:
+                            self._fold(popped)
                     if stack and stack[-1] is not top:
                         at = self._find(ext, ts + dur)
             else:
@@ -452,6 +432,9 @@ class Thread:
         self.pending = pending[ready:]
         # calls written before their operators cannot be placed yet: wait for twice as many
         self.check_at = max(2 * LAUNCH_WINDOW, 2 * len(self.pending))
-        if final:
+        if final:  # close the operators still open at the end of the trace
             self.replay(math.inf)
-            self.end_all()
+            while stack:
+                self._fold(stack.pop())
+            if self.held:  # nothing is undecided any more
+                self._release()

@@ -85,7 +85,7 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     name, start, dur = event.name, event.ts, event.dur
                     marker = name.startswith(MARKERS)
                     if marker and name.startswith(STEP_MARKER_PREFIX):
-                        totals.step_marker(cat, start, dur)
+                        totals.step_ranges.append((start, dur))
                         continue
                     if event.tid != last_tid or event.pid != last_pid or thread is None:
                         last_pid, last_tid = event.pid, event.tid

@@ -42,23 +42,14 @@ RUNTIME_CATEGORIES = {
 OP_CATEGORIES = {"cpu_op", "user_annotation", "Operator"}  # Operator: PyTorch <= 1.9
 MEMORY_DEVICES = {0: "cpu", 1: "cuda", 19: "mtia", 20: "neuron"}
 """c10 ``DeviceType`` numbers of ``[memory]`` events, as metric names (ROCm reports cuda)."""
+_COLUMNS = ("count", "self_cpu", "total_cpu", "self_device", "device_total")
+"""The per-name-id columns of each view (the marked view's with an ``m_`` prefix)."""
 
 
 Node = tuple[int, bool, tuple[int, ...], tuple[int, ...]]
 """A call path (``Totals.nodes``): its operator's name id, whether that operator counts in the
 marked view, and the name ids that get its device time in their device total, in the
 *all* view and in the marked view (an operator folded into its parent is left out)."""
-
-
-def node_key(index: int, counted: bool, folded: bool) -> int:
-    """A call path's key among its parent's children (``Totals.node_kids``): the operator's
-    name id, whether it counts in the marked view, whether it is folded into its parent.
-
-    Example:
-        >>> node_key(5, True, False), node_key(5, False, True)
-        (22, 21)
-    """
-    return index << 2 | counted << 1 | folded
 
 
 @dataclass
@@ -111,8 +102,6 @@ class Totals:
     device_total: list[float] = field(default_factory=list)
     kernel_us: dict[int, float] = field(default_factory=dict)
     top_level: int = 0
-    steps: int = 0
-    step_us: float = 0.0
     span_start: float = math.inf
     span_end: float = -math.inf
     device_events: int = 0
@@ -137,8 +126,8 @@ class Totals:
     shapes: dict[int, str] = field(default_factory=dict)
     flops: dict[int, int] = field(default_factory=dict)
     memory: dict[Any, tuple[array[Any], array[Any], array[Any]]] = field(default_factory=dict)
-    step_ranges: list[tuple[float, float]] = field(default_factory=list)
-    # call path -> its children: ``node_kids[parent + 1][node_key(index, counted, folded)]``
+    step_ranges: list[tuple[float, float]] = field(default_factory=list)  # ProfilerStep#N
+    # call path -> its children: ``node_kids[parent + 1][index << 2 | counted << 1 | folded]``
     node_kids: list[dict[int, int]] = field(default_factory=lambda: [{}])
     nodes: list[Node] = field(default_factory=list)
 
@@ -150,42 +139,24 @@ class Totals:
     def _new_id(self, name: str) -> int:
         index = len(self.names)
         self.names.append(name)
-        for column in (
-            self.count,
-            self.self_cpu,
-            self.total_cpu,
-            self.self_device,
-            self.device_total,
-            self.m_count,
-            self.m_self_cpu,
-            self.m_total_cpu,
-            self.m_self_device,
-            self.m_device_total,
-        ):
-            column.append(0.0)
+        for prefix in ("", "m_"):
+            for column in _COLUMNS:
+                getattr(self, prefix + column).append(0.0)
         return index
 
-    def node(self, parent: int, index: int, counted: bool, folded: bool = False) -> int:
-        """The call path of operator ``index`` under path ``parent`` (-1: none), interned.
-
-        ``counted``: the operator counts in the marked view; ``folded``: it is an only child
-        of the same name, folded into its parent (its time counts once, as the parent's).
+    def new_node(self, parent: int, key: int) -> int:
+        """Intern the call path ``key`` (operator name id << 2 | counted in the marked view << 1
+        | folded into its parent) under path ``parent``; the caller found it missing from
+        ``node_kids[parent + 1]``.
 
         Example:
             >>> totals = Totals()
             >>> a, b = totals.name_id("aten::linear"), totals.name_id("aten::addmm")
-            >>> outer = totals.node(-1, a, True)
-            >>> inner = totals.node(outer, b, True)
-            >>> totals.nodes[inner], totals.node(-1, a, True)
-            ((1, True, (0, 1), (0, 1)), 0)
+            >>> outer = totals.new_node(-1, a << 2 | 2)
+            >>> inner = totals.new_node(outer, b << 2 | 2)
+            >>> totals.nodes[inner]
+            (1, True, (0, 1), (0, 1))
         """
-        key = node_key(index, counted, folded)
-        node = self.node_kids[parent + 1].get(key)
-        return self.new_node(parent, key) if node is None else node
-
-    def new_node(self, parent: int, key: int) -> int:
-        """Intern the call path ``key`` (:func:`node_key`) under path ``parent``, which the
-        caller found missing from ``node_kids[parent + 1]``."""
         index, counted, folded = key >> 2, bool(key & 2), bool(key & 1)
         node = self.node_kids[parent + 1][key] = len(self.nodes)
         self.node_kids.append({})
@@ -227,13 +198,6 @@ class Totals:
             self.marker_names.append(name)
         return index
 
-    def step_marker(self, cat: str, ts: float, dur: float) -> None:
-        """A ``ProfilerStep#N`` event (in any operator category): one profiled step."""
-        if cat in OP_CATEGORIES:
-            self.steps += 1
-            self.step_us += dur
-            self.step_ranges.append((ts, dur))
-
     def device_event(self, cat: str, name: str, dur: float) -> int:
         """Count one device event of category ``cat`` towards its kernel's total; its id."""
         self.labels.add(DEVICE_CATEGORIES[cat])
@@ -266,38 +230,20 @@ class Totals:
             recorded_steps: the steps a live window recorded (trace metadata): a window cut
                 short holds one more step range than that (torch's open one).
         """
-        steps = self.steps
+        steps = len(self.step_ranges)
         if recorded_steps is not None and 0 < recorded_steps < steps:
             steps = recorded_steps
         if self.marks:
-            return View(
-                self.m_count,
-                self.m_self_cpu,
-                self.m_total_cpu,
-                self.m_self_device,
-                self.m_device_total,
-                self.m_kernel_us,
-                self.m_top_level,
-                self.m_device_events,
-                self.m_attributed,
-                self.m_calls or steps or 1,
-                self.m_wall_us,
-                self._peaks(marked=True),
-            )
-        wall = sum(dur for _, dur in sorted(self.step_ranges)[:steps])
-        if not steps:
+            steps, wall = self.m_calls or steps, self.m_wall_us
+        elif steps:
+            wall = sum(dur for _, dur in sorted(self.step_ranges)[:steps])
+        else:
             wall = max(self.span_end - self.span_start, 0.0)
+        prefix = "m_" if self.marks else ""
+        view_fields = (*_COLUMNS, "kernel_us", "top_level", "device_events", "attributed")
         return View(
-            self.count,
-            self.self_cpu,
-            self.total_cpu,
-            self.self_device,
-            self.device_total,
-            self.kernel_us,
-            self.top_level,
-            self.device_events,
-            self.attributed,
-            steps or 1,
-            wall,
-            self._peaks(marked=False),
+            **{name: getattr(self, prefix + name) for name in view_fields},
+            steps=steps or 1,
+            wall_us=wall,
+            peaks=self._peaks(marked=bool(self.marks)),
         )
