@@ -66,18 +66,6 @@ class EventArgs(msgspec.Struct):
     total_allocated: float | None = msgspec.field(name="Total Allocated", default=None)
     device_type: int | None = msgspec.field(name="Device Type", default=None)
 
-    def operator_id(self) -> int:
-        """The ``External id`` of the operator this event belongs to (either spelling), -1
-        when it has none.
-
-        Example:
-            >>> EventArgs(legacy_external_id=7).operator_id(), EventArgs().operator_id()
-            (7, -1)
-        """
-        if self.external_id is not None:
-            return self.external_id
-        return -1 if self.legacy_external_id is None else self.legacy_external_id
-
 
 class TraceEvent(msgspec.Struct):
     """The fields of one trace event that the trace engine reads; the rest is skipped.

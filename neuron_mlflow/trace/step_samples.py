@@ -1,31 +1,14 @@
 """Per-step samples of one window: ``steps.jsonl``, what ``compare`` decides from.
 
-A window's metrics are per-step means; this file keeps the steps themselves, so a comparison
-can say how sure it is (:mod:`neuron_mlflow.summary.statistics`). It is computed from the
-window's own exported trace (the lowest rank's, like ``report.html``) with the timeline pass
-(:func:`~neuron_mlflow.trace.timeline.build_timeline`) and the counting rules of
-:mod:`neuron_mlflow.trace.rules`:
-
-- **steps**: the outermost marked ranges (``neuron_mlflow: <name>``: each decorated call,
-  each Lightning training step), else the ``ProfilerStep#N`` ranges (no more than the window's
-  ``summary.json`` counted); wall time per step is the range's duration;
-- **operators**: markers are not operators; with marked ranges, an operator counts in the
-  step whose range holds the start of its call tree's root (another thread's too); an only
-  child of the same name is folded into its parent (one call), as in the summary;
-- **device time**: each device event counts to the step and operator whose runtime call
-  launched it.
-
-One JSON object a line: per step one headline row
-``{"step": 0, "wall_time_us": .., "cpu_time_us": .., "device_time_us": .. | null,
-"op_calls": .., "cpu_wait_us": .. | null, "involuntary_switches": .. | null,
-"disturbed": true | false | null}`` (``cpu_wait_us``: how long this process's threads waited
-for a CPU during the step, ``involuntary_switches`` the times another process took one from
-them: :mod:`neuron_mlflow.capture.interference`, from the trace's metadata; ``disturbed``:
-:func:`~neuron_mlflow.summary.statistics.disturbed`; ``null`` for a trace that does not say,
-e.g. one ingested), then one row per step and top-k operator ``{"step": 0, "op": "aten::mm",
-"key": "aten::mm", "self_cpu_us": .., "self_device_us": .. | null, "calls": ..}`` (``key``:
-the op's stable name across runs, :func:`~neuron_mlflow.summary.comparison.stable_op_names`;
-the raw name stays in ``op`` and in ``ops.csv``). 20 steps x 20 ops is about 40 kB.
+The format is in ``docs/comparing.md``. The steps come from the window's own trace (the lowest
+rank's, like ``report.html``) through the timeline pass
+(:func:`~neuron_mlflow.trace.timeline.build_timeline`), counted by the rules of
+:mod:`neuron_mlflow.trace.rules`: a step is an outermost marked range, else a
+``ProfilerStep#N`` range (no more than ``summary.json`` counted); an operator counts in the
+step whose range holds the start of its call tree's root; an only child of the same name is
+folded into its parent; a device event counts to the step and operator that launched it. The
+per-step interference (``cpu_wait_us``, ``involuntary_switches``) comes from the trace's
+metadata (:mod:`neuron_mlflow.capture.interference`).
 
 Example:
     >>> import json, tempfile

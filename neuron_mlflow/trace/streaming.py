@@ -32,28 +32,57 @@ Example:
     ...     {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
     ...     {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": 1, "tid": 1, "ts": 2, "dur": 3},
     ... ]))
-    >>> totals = streaming_pass(TraceStream(path, typed=True))
+    >>> totals = streaming_pass(TraceStream(path, typed=True).batches())
     >>> totals.names, totals.self_cpu, totals.top_level
     (['outer', 'inner'], [7.0, 3.0], 1)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from neuron_mlflow.errors import OutOfOrder
 from neuron_mlflow.naming import STEP_MARKER_PREFIX
 from neuron_mlflow.trace import links as _links
 from neuron_mlflow.trace import replay as _replay
-from neuron_mlflow.trace.events import add_marker, op_id, other_event
 from neuron_mlflow.trace.links import Busy, Links, Spill
-from neuron_mlflow.trace.reader import TraceStream
+from neuron_mlflow.trace.reader import TraceEvent
 from neuron_mlflow.trace.replay import MARKERS, Thread
 from neuron_mlflow.trace.totals import DEVICE_CATEGORIES, OP_CATEGORIES, RUNTIME_CATEGORIES, Totals
 
 
-def streaming_pass(stream: TraceStream) -> Totals:
-    """Read ``stream`` once, aggregating as it goes.
+def add_marker(
+    totals: Totals, threads: dict[tuple[Any, Any], Thread], key: tuple[Any, Any], event: Any
+) -> int:
+    """Note a marked range (``neuron_mlflow: ...``) of thread ``key``; return its (negative) id.
+
+    Raises:
+        OutOfOrder: another thread of the process was already replayed past its start.
+    """
+    pid, start = key[0], event.ts
+    for other, thread in threads.items():
+        if other != key and other[0] == pid and thread.replayed_to >= start:
+            raise OutOfOrder("a marked range written after operators it covers were placed")
+    if not totals.marks:
+        for thread in threads.values():
+            thread.marked = True
+    totals.marks.add(pid, start, start + event.dur)
+    return totals.marker_id(event.name)
+
+
+def instant_event(totals: Totals, event: TraceEvent) -> None:
+    """An ``i`` event: ``[memory]`` instants feed the peak memory."""
+    args = event.args
+    if event.name != "[memory]" or args is None or args.total_allocated is None:
+        return
+    if args.device_type is not None:
+        totals.memory_event(event.pid, event.ts, args.device_type, args.total_allocated)
+
+
+def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
+    """Read the events once (``TraceStream.batches()`` of a typed stream), aggregating as it
+    goes.
 
     Raises:
         OutOfOrder: the file's order is beyond what the pass can place exactly.
@@ -72,13 +101,13 @@ def streaming_pass(stream: TraceStream) -> Totals:
     last_tid: Any = object()
     thread: Thread | None = None
     try:
-        for batch in stream.batches():
+        for batch in batches:
             for event in batch:
                 if event is None:
                     continue
                 if event.ph != "X":
                     if event.ph == "i":
-                        other_event(totals, event)
+                        instant_event(totals, event)
                     continue
                 cat = event.cat
                 if cat in OP_CATEGORIES:  # the hot path: kept inline
@@ -103,7 +132,8 @@ def streaming_pass(stream: TraceStream) -> Totals:
                     if marker:
                         index = add_marker(totals, threads, (event.pid, event.tid), event)
                     elif args is not None and args.input_dims:
-                        index = op_id(totals, event)
+                        dims, concrete = bytes(args.input_dims), bytes(args.concrete_inputs)
+                        index = totals.variant_id(name, dims, concrete)
                     else:
                         index = ids.get(name)  # type: ignore[assignment]
                         if index is None:
@@ -121,7 +151,7 @@ def streaming_pass(stream: TraceStream) -> Totals:
                         thread = threads.get((last_pid, last_tid))
                         if thread is None:
                             thread = threads[last_pid, last_tid] = Thread(totals, spill, last_pid)
-                    # its pending entry (``events.runtime_call``, inlined: once per call)
+                    # its pending entry: (ts, dur, name id, correlation, External id), -1: none
                     index = ids.get(event.name)  # type: ignore[assignment]
                     if index is None:
                         index = totals.add_name(event.name)
@@ -143,7 +173,7 @@ def streaming_pass(stream: TraceStream) -> Totals:
                         )
                     if len(thread.pending) >= thread.check_at:
                         thread.place_pending(links)
-                elif cat in DEVICE_CATEGORIES:  # ``Totals.device_event``, inlined
+                elif cat in DEVICE_CATEGORIES:
                     labels_add(DEVICE_CATEGORIES[cat])
                     totals.device_events += 1
                     kernel = ids.get(event.name)

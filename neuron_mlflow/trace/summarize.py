@@ -1,25 +1,12 @@
 """Per-op summaries from trace files of any accelerator, the same as a live window's.
 
-What is summarised (what counts: the table in :mod:`neuron_mlflow.trace.rules`):
-
-- self CPU time per operator from the ``cpu_op`` (and ``user_annotation``) call tree of each
-  thread; ``ProfilerStep#N`` and ``neuron_mlflow: ...`` markers are transparent and excluded,
-  and where the latter are present only what runs inside them counts;
-- top-level operator calls: operators with no parent but markers;
-- device time per operator: each device event is linked by ``args.correlation`` to the
-  runtime call that launched it, and that call to the innermost operator around it;
-- input shapes, FLOPs (estimated from them) and peak allocated memory, when recorded;
-- per-kernel totals, device events left unattributed, and device busy time vs idle gaps
-  (``P/device_busy_pct``: the union of device intervals over their span).
-
-How: one streamed pass that aggregates as it reads, in memory that stays flat as files grow
-(:mod:`neuron_mlflow.trace.streaming`); a file whose events are out of the order trace
-writers use is read again by an exact pass that keeps every event and sorts them first
-(:mod:`neuron_mlflow.trace.buffered`).
-
-Categories by backend: ``kernel``/``gpu_memcpy``/``gpu_memset`` + ``cuda_runtime``/
-``cuda_driver`` (CUDA and ROCm), ``mtia_ccp_events`` + ``mtia_runtime`` (MTIA),
-``privateuse1_driver`` + ``privateuse1_runtime`` (Neuron and other PrivateUse1 backends).
+What counts is the table in :mod:`neuron_mlflow.trace.rules`: self and total CPU time, calls
+and top-level calls per operator, device time through each device event's runtime call
+(``args.correlation``), input shapes, FLOPs, peak memory, per-kernel totals and the device's
+busy share. One streamed pass in flat memory (:mod:`neuron_mlflow.trace.streaming`); a file
+out of the order trace writers use is read again by the exact pass
+(:mod:`neuron_mlflow.trace.buffered`). Device categories per backend: ``DEVICE_CATEGORIES`` in
+:mod:`neuron_mlflow.trace.totals`.
 
 Example:
     >>> import json, tempfile
@@ -47,6 +34,7 @@ from typing import Any
 from neuron_mlflow.errors import OutOfOrder
 from neuron_mlflow.naming import RECORDED_STEPS_KEY
 from neuron_mlflow.summary.ops import OpSummary, RawOp, build_summary
+from neuron_mlflow.trace.buffered import buffered_pass
 from neuron_mlflow.trace.reader import TraceStream
 from neuron_mlflow.trace.streaming import streaming_pass
 from neuron_mlflow.trace.totals import Totals, View
@@ -82,13 +70,7 @@ class TraceResult:
 
 
 def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceResult:
-    """Summarise one trace file.
-
-    Memory stays small and flat: each thread's operators are logged and replayed in step
-    with its runtime calls (what waits spills to disk), launches and device events are
-    joined as they meet, and device intervals are merged as they go. Files that do not keep
-    each thread's operators in start order are read a second time by an exact pass that
-    keeps every event and sorts them first.
+    """Summarise one trace file, in memory that stays flat as files grow.
 
     Args:
         path: ``.json`` or ``.json.gz`` Chrome/Kineto trace.
@@ -99,10 +81,8 @@ def summarize_trace(path: str | Path, device_label: str | None = None) -> TraceR
     """
     stream = TraceStream(path, typed=True)
     try:
-        totals = streaming_pass(stream)
+        totals = streaming_pass(stream.batches())
     except OutOfOrder as reason:
-        from neuron_mlflow.trace.buffered import buffered_pass  # numpy: only when needed
-
         logger.info("%s: %s; reading it again with the buffered pass", path, reason)
         stream = TraceStream(path, typed=True)
         totals = buffered_pass(stream)

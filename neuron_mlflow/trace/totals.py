@@ -87,10 +87,6 @@ class Totals:
         >>> totals = Totals()
         >>> totals.name_id("aten::mul"), totals.name_id("aten::add"), totals.name_id("aten::mul")
         (0, 1, 0)
-        >>> totals.device_event("kernel", "mul_kernel", 4.0)
-        2
-        >>> totals.kernel_us, totals.labels, totals.device_events
-        ({2: 4.0}, {'CUDA'}, 1)
     """
 
     names: list[str] = field(default_factory=list)
@@ -196,14 +192,6 @@ class Totals:
         if index is None:
             index = self.marker_ids[name] = -2 - len(self.marker_names)
             self.marker_names.append(name)
-        return index
-
-    def device_event(self, cat: str, name: str, dur: float) -> int:
-        """Count one device event of category ``cat`` towards its kernel's total; its id."""
-        self.labels.add(DEVICE_CATEGORIES[cat])
-        self.device_events += 1
-        index = self.name_id(name)
-        self.kernel_us[index] = self.kernel_us.get(index, 0.0) + dur
         return index
 
     def memory_event(self, pid: Any, ts: float, device_type: int, allocated: float) -> None:
