@@ -62,36 +62,7 @@ class Thread:
     The replay stack holds ``(end, name id, state, External id)`` of the open operators.
     """
 
-    __slots__ = (
-        "blocks",
-        "candidates",
-        "check_at",
-        "columns",
-        "durs",
-        "exts",
-        "folded",
-        "head",
-        "held",
-        "last_dur",
-        "last_start",
-        "links",
-        "marked",
-        "names",
-        "path_entries",
-        "path_nodes",
-        "peek",
-        "pending",
-        "pid",
-        "placed_until",
-        "prev",
-        "replayed_to",
-        "spill",
-        "stack",
-        "starts",
-        "totals",
-    )
-
-    def __init__(self, totals: Totals, spill: Spill, pid: Any = None) -> None:
+    def __init__(self, totals: Totals, spill: Spill, pid: Any) -> None:
         self.totals = totals
         self.spill = spill
         self.pid = pid

@@ -1,36 +1,11 @@
 """What counts in a window: the one set of rules every summary follows (live, ``summarize``,
 ``ingest``, ``compare``), and the marked ranges they use.
 
-=====================================  ==========================================================
-event                                  counts as
-=====================================  ==========================================================
-``ProfilerStep#N`` (step marker)       not an operator; one profiled step (its ``user_annotation``)
-``neuron_mlflow: <name>`` (marker)     not an operator; a *marked range*: each decorated call and
-                                       each Lightning training step (``neuron_mlflow: train_step``)
-runtime API call (``cuda_runtime``,    not an operator; links its device events to the innermost
-``cuda_driver``, ``*_runtime``)        operator around it (``args.correlation``)
-CPU operator (``cpu_op``, other        an operator. When the trace holds marked ranges, only
-``user_annotation`` ranges)            those inside one: nested in a marker on its own thread, or
-                                       in a call tree (another thread's: autograd, ...) whose
-                                       root starts inside a marked range of the same process
-only child of the same name            folded into its parent, as torch's own tables do
-(``aten::div_`` in ``aten::div_``)     (``key_averages()``: one call, the same self time)
-top-level call                         an operator with no parent but markers (a root, when the
-                                       trace holds no marked ranges)
-device event (``kernel``,              its time counts once, to the operator whose runtime call
-``gpu_memcpy``, ``gpu_memset``, ...)   launched it, and only if that operator counts; with marked
-                                       ranges, device events launched outside them are left out
-                                       (also of the device total and the kernel table)
-steps and wall time                    steps: the outermost marked ranges, else the ``ProfilerStep``
-                                       ranges (no more than the live window recorded: trace
-                                       metadata), else 1; wall: the time of those ranges, else
-                                       the operators' span
-peak memory (``[memory]`` events)      the highest ``Total Allocated`` per device, inside the
-                                       marked ranges when there are any
-FLOPs (``with_flops``)                 estimated from each counted operator's input shapes, with
-                                       torch's own formulas (:mod:`neuron_mlflow.trace.shapes`)
-=====================================  ==========================================================
-
+The table of what each event counts as is in ``docs/metrics.md`` ("What counts in a window"):
+step markers (``ProfilerStep#N``) and marked ranges (``neuron_mlflow: <name>``: each decorated
+call and each Lightning training step) are not operators; when a trace holds marked ranges only
+what runs inside them counts (nested in one on its own thread, or in a call tree whose root
+starts inside one of the same process), and the steps are the outermost marked ranges.
 Marker names are built in :mod:`neuron_mlflow.naming`.
 
 Example:

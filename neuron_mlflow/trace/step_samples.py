@@ -108,8 +108,7 @@ def read_interference(trace: Path) -> list[tuple[float | None, int | None]] | No
     """
     try:
         stream = TraceStream(trace)
-        for _ in stream.batches():
-            break  # the metadata before the events is read by then
+        next(stream.batches(), None)  # the metadata before the events is read by then
         found = stream.metadata.get(STEP_INTERFERENCE_KEY)
         if isinstance(found, str):
             found = json.loads(found)
@@ -117,16 +116,14 @@ def read_interference(trace: Path) -> list[tuple[float | None, int | None]] | No
         return None
     if not isinstance(found, list):
         return None
-    out: list[tuple[float | None, int | None]] = []
-    for row in found:
-        wait, switches = [*row, None, None][:2] if isinstance(row, list) else (None, None)
-        out.append(
-            (
-                float(wait) if isinstance(wait, int | float) else None,
-                int(switches) if isinstance(switches, int) else None,
-            )
+    rows = [[*row, None, None][:2] if isinstance(row, list) else (None, None) for row in found]
+    return [
+        (
+            float(wait) if isinstance(wait, int | float) else None,
+            int(switches) if isinstance(switches, int) else None,
         )
-    return out
+        for wait, switches in rows
+    ]
 
 
 def mark_disturbed(steps: list[dict[str, Any]], trace: Path) -> None:

@@ -1,27 +1,14 @@
 """The streaming trace pass: aggregates as it reads, in memory that does not grow with the file.
 
-- Operators: a stack of open operators per thread gives calls, self and total CPU time and
-  top-level calls as each operator arrives. Each thread's operators must come in start order
-  (torch and Kineto write them so).
-- Runtime calls -> operators: each thread's operators are also logged (start, end, name id,
-  External id: 32 bytes) and replayed in step with that thread's runtime calls, which are
-  placed in time order in batches (each a row of its own, out of its operator's self
-  time). The unreplayed part of the log spills to a temporary file in blocks, so
-  a file that writes every CPU operator before any runtime call (Kineto's usual layout)
-  needs no more memory than one that interleaves them.
-- Runtime calls <-> device events: joined by correlation id; whichever comes first waits
-  for the other. Placed launches live in two in-memory generations; older ones spill
-  (:mod:`neuron_mlflow.trace.links`).
-- Device busy time: the union of device intervals, merged in start order with a reordering
-  window.
-- Marked ranges (:mod:`neuron_mlflow.trace.rules`): once the first marker is read, each
-  thread's replay also keeps the marked view (what counts inside them). A marker read after
-  another thread of its process was replayed past the marker's start cannot be honoured in
-  one pass: :class:`OutOfOrder`.
-
-Where a file breaks these orders beyond the windows, :class:`OutOfOrder` is raised and
-:func:`neuron_mlflow.trace.summarize.summarize_trace` reads the file again with the buffered
-pass (:mod:`neuron_mlflow.trace.buffered`).
+Each thread's operators must come in start order (torch and Kineto write them so); they are
+logged (32 bytes each, spilled to a temporary file in blocks) and replayed in step with the
+thread's runtime calls (:mod:`neuron_mlflow.trace.replay`), so a file that writes every CPU
+operator before any runtime call (Kineto's usual layout) needs no more memory than one that
+interleaves them. Launches and device events are joined by correlation id, whichever comes
+first, and device intervals merged in start order (:mod:`neuron_mlflow.trace.links`). A file
+that breaks these orders beyond their windows, or a marker read after another thread of its
+process was replayed past its start, raises :class:`OutOfOrder`:
+:func:`neuron_mlflow.trace.summarize.summarize_trace` then reads it with the buffered pass.
 
 Example:
     >>> import json, tempfile

@@ -51,6 +51,14 @@ def shape_text(args: dict[str, Any]) -> str | None:
     return text if len(text) <= MAX_SHAPE_CHARS else text[: MAX_SHAPE_CHARS - 3] + "..."
 
 
+def _intern(table: list[str], ids: dict[str, int], text: str) -> int:
+    index = ids.get(text)
+    if index is None:
+        index = ids[text] = len(table)
+        table.append(text)
+    return index
+
+
 class TimelinePass:
     """What one pass over the events collects."""
 
@@ -67,21 +75,11 @@ class TimelinePass:
         self.steps: list[tuple[int, float, float]] = []
 
     def name_id(self, name: str) -> int:
-        index = self.name_ids.get(name)
-        if index is None:
-            index = self.name_ids[name] = len(self.names)
-            self.names.append(name)
-        return index
+        return _intern(self.names, self.name_ids, name)
 
     def shape_id(self, args: Any) -> int:
         text = shape_text(args) if isinstance(args, dict) else None
-        if text is None:
-            return -1
-        index = self.shape_ids.get(text)
-        if index is None:
-            index = self.shape_ids[text] = len(self.shapes)
-            self.shapes.append(text)
-        return index
+        return -1 if text is None else _intern(self.shapes, self.shape_ids, text)
 
     def lane(self, kind: str, pid: Any, tid: Any, label: str = "CPU") -> int:
         key = (kind, pid, tid)
