@@ -1,8 +1,5 @@
 """Runtime call <-> device event joins and device busy time, in bounded memory.
 
-Shared by both trace passes (:mod:`neuron_mlflow.trace.streaming`,
-:mod:`neuron_mlflow.trace.buffered`).
-
 A launch is stored as one integer *code*: the call path (``Totals.node``, >= 0) of the
 operator that made the runtime call (its self device time; every operator on the path gets
 the time in its device total), ``-2`` for a call made directly inside a marked range (no

@@ -1,7 +1,7 @@
 """One thread's operators, logged and replayed in step with its runtime calls.
 
-Used by both trace passes (:mod:`neuron_mlflow.trace.streaming`,
-:mod:`neuron_mlflow.trace.buffered`): the call tree, self and total times, top-level calls,
+The streaming pass's (:mod:`neuron_mlflow.trace.streaming`, which the buffered pass uses
+too): the call tree, self and total times, top-level calls,
 what counts inside marked ranges (:mod:`neuron_mlflow.trace.rules`), the runtime calls as
 rows of their own (torch's ``key_averages()`` rules: a runtime call is a child of the
 operator that made it, so its time leaves that operator's self CPU) and the call path of
@@ -53,14 +53,9 @@ Entry = tuple[float, int, int, int]  # an open operator: (end, name id, state, E
 
 
 class Thread:
-    """One thread's operator log, replayed in step with its runtime calls.
-
-    Operators are logged as they arrive (start, duration, name id, External id: 32 bytes
-    each) and replayed (call tree, totals, placing runtime calls) only as far as the
-    thread's runtime calls need, or at the end: a runtime call may be written long after the
-    operators around it. The unreplayed log spills to disk in blocks of ``BLOCK_OPS``.
-    The replay stack holds ``(end, name id, state, External id)`` of the open operators.
-    """
+    """One thread's operator log (start, duration, name id, External id; spilled in blocks of
+    ``BLOCK_OPS``), replayed only as far as its runtime calls need, or at the end: a runtime
+    call may be written long after the operators around it."""
 
     def __init__(self, totals: Totals, spill: Spill, pid: Any) -> None:
         self.totals = totals
@@ -305,14 +300,15 @@ class Thread:
         m_count, m_self, m_total = totals.m_count, totals.m_self_cpu, totals.m_total_cpu
         for ts, dur, index, correlation, ext in itertools.islice(pending, ready):
             peek = self.peek
+            if peek is None or peek[0] < ts or (ext < 0 and peek[0] == ts):
+                replay(ts, before=ext >= 0)
+                peek = self.peek
+            while stack and stack[-1][0] < ts:  # ended before the call
+                popped = stack.pop()
+                if candidates:
+                    self._fold(popped)
+            at = -1
             if ext >= 0:  # the operator the call names, even where its ends tie with others'
-                if peek is None or peek[0] < ts:
-                    replay(ts, before=True)
-                    peek = self.peek
-                while stack and stack[-1][0] < ts:  # ended before the call
-                    popped = stack.pop()
-                    if candidates:
-                        self._fold(popped)
                 at = len(stack) - 1
                 if at >= 0 and stack[at][3] == ext:  # usually the innermost one
                     if ts + dur > stack[at][0]:
@@ -328,14 +324,6 @@ class Thread:
                             self._fold(popped)
                     if stack and stack[-1] is not top:
                         at = self._find(ext, ts + dur)
-            else:
-                if peek is None or peek[0] <= ts:
-                    replay(ts)
-                while stack and stack[-1][0] < ts:
-                    popped = stack.pop()
-                    if candidates:
-                        self._fold(popped)
-                at = -1
             if at < 0:  # else the innermost operator open at the call's start
                 at = len(stack) - 1
                 if at < 0:

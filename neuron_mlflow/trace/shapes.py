@@ -23,19 +23,10 @@ from typing import Any
 
 import msgspec
 
-FLOP_OPS = frozenset(
-    {
-        "aten::mm",
-        "aten::addmm",
-        "aten::bmm",
-        "aten::baddbmm",
-        "aten::conv2d",
-        "aten::mul",
-        "aten::add",
-    }
-)
-"""Operators torch estimates FLOPs for (others have none)."""
 _MATRICES = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1}
+"""Matrix products: the index of their first matrix input."""
+FLOP_OPS = frozenset({*_MATRICES, "aten::conv2d", "aten::mul", "aten::add"})
+"""Operators torch estimates FLOPs for (others have none)."""
 _LISTS_OF_INTS = re.compile(r"[\[\]0-9, ]*")
 """Text that can only be (nested) lists of non-negative integers, as torch writes shapes."""
 

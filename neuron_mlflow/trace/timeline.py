@@ -1,22 +1,14 @@
 """The timeline of one trace file, as plain data for the window's ``report.html``.
 
 One streamed pass (:class:`~neuron_mlflow.trace.reader.TraceStream`) collects every
-operator, runtime call and device event in compact typed arrays (about 40 bytes each; the
-events themselves are not kept), then:
-
-- **lanes**: one per CPU thread and one per device stream / NeuronCore, named from the
-  trace's ``process_labels`` / ``thread_name`` metadata;
-- **operators** (``cpu_op``, ``user_annotation``; ``ProfilerStep#N`` markers excluded) nested
-  by depth in each thread's call tree, with their exact self time and input shapes (when
-  recorded);
-- **device events** linked to the operator that launched them: ``args.correlation`` joins a
-  device event to its runtime call, which sits inside the innermost operator around it;
-- **steps**: each ``ProfilerStep#N``, with its wall time, the device time of the events its
-  runtime calls launched, and the device's busy share of the step (union of those events);
-- **a size budget**: at most ``max_events`` bars are kept, the longest ones (an operator's
-  parents are at least as long, so the kept tree stays whole); ``left_out`` counts the rest.
-
-Times are microseconds from the first event (``origin_us`` is that event's trace time).
+operator, runtime call and device event in compact typed arrays, then gives: a lane per CPU
+thread and per device stream / NeuronCore (named from the trace's ``process_labels`` /
+``thread_name`` metadata); the operators nested by depth in each thread's call tree, with
+their self time and input shapes; each device event linked through its runtime call
+(``args.correlation``) to the innermost operator around that call; each ``ProfilerStep#N``
+with its wall time, device time and device busy share. At most ``max_events`` bars are kept,
+the longest (an operator's parents are at least as long, so the kept tree stays whole). Times
+are microseconds from the first event (``origin_us``).
 
 Example:
     >>> import json, tempfile
