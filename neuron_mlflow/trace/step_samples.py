@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,10 +174,7 @@ def step_samples(
             ranges = [(min(start), max(s + d for s, d in zip(start, dur, strict=True)))]
     steps = [Step(a, b) for a, b in ranges]
     begins = [s.start for s in steps]
-    children = [0] * n
-    for i in range(n):
-        if parent[i] >= 0:
-            children[parent[i]] += 1
+    children = Counter(p for p in parent if p >= 0)
 
     def step_of(t: float) -> Step | None:
         at = bisect.bisect_right(begins, t)  # the last step starting at or before t, plus one
@@ -208,7 +206,7 @@ def step_samples(
             step.top_level += 1
     has_device = any(k == DEVICE for k in kind)
     for i in range(n):
-        if kind[i] != DEVICE or parent[i] < 0 or parent[i] not in op_step:
+        if kind[i] != DEVICE or parent[i] not in op_step:
             continue
         step = op_step[parent[i]]
         step.device += dur[i]
