@@ -1,10 +1,9 @@
 """One live window: the ``torch.profiler`` capture of the steps of one scheduled window.
 
-The profiler is created when the window's warm-up begins, with a schedule of its own that
-mirrors :mod:`neuron_mlflow.schedule` for just this window, and stopped after its last
-recorded step (or earlier, when the window is cut short). When torch finishes the window it
-calls ``on_trace_ready``: the backend writes its trace into the window's staging folder,
-which is everything the summary and the upload need later, off the training thread.
+The profiler starts when the window's warm-up begins, with a schedule that mirrors
+:mod:`neuron_mlflow.schedule` for just this window. When torch finishes the window it calls
+``on_trace_ready``: the backend writes its trace into the window's staging folder, which is
+all that the summary and the upload need later, off the training thread.
 
 Example:
     >>> import tempfile, time, torch
@@ -54,7 +53,6 @@ class LiveWindow:
         config: the effective configuration.
         staging: the window's staging folder in the spool.
         trace_dir: where the backend writes this rank's trace (under ``staging``).
-        calls_marked: each step's own work is inside a call marker (the decorator).
         recorded_steps: steps recorded so far; ``last_recorded`` the last one's number.
         wall_ns: summed wall time of the recorded steps.
         errors: our failures while capturing the window (kept in its record).
@@ -65,7 +63,6 @@ class LiveWindow:
     config: ProfilerConfig
     staging: Path
     trace_dir: Path
-    calls_marked: bool = False
     recorded_steps: int = 0
     last_recorded: int = -1
     wall_ns: int = 0
@@ -99,8 +96,8 @@ class LiveWindow:
         else:
             self.interference.append([None, None])
         self.step_start = None
-        if self.prof is not None:  # the trace says how many steps were recorded, and their
-            try:  # interference from other processes (steps.jsonl's `disturbed`)
+        if self.prof is not None:  # for steps.jsonl (its `disturbed`) and the step count
+            try:
                 self.prof.add_metadata_json(RECORDED_STEPS_KEY, str(self.recorded_steps))
                 self.prof.add_metadata_json(STEP_INTERFERENCE_KEY, json.dumps(self.interference))
             except Exception as exc:  # an old torch: the trace's step ranges count instead
@@ -115,9 +112,7 @@ class LiveWindow:
         return torch.profiler.ProfilerAction[window_action(self.window, step).name]
 
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
-        # Only the export runs here (the training thread): the window is summarised later,
-        # off this thread, from this trace (no key_averages()/events(): torch's event tree
-        # is never built).
+        # only the export, on the training thread: torch's event tree is never built
         try:
             self.backend.export_trace(prof, self.trace_dir)
         except Exception as exc:
@@ -176,11 +171,8 @@ class LiveWindow:
 
     def release(self) -> None:
         """Free the stopped profiler now. ``torch.profiler.profile`` holds its own bound
-        methods (a reference cycle), so dropping it leaves it to Python's cycle collector,
-        which then frees it and the window's results (measured: 30 ms for a 600-op x
-        20-step window under Lightning) inside whichever later step it happens to run.
-        Called where a step can afford it: when the next window opens, before its profiler
-        starts, and when the session closes."""
+        methods (a reference cycle): left to the cycle collector, it would be freed, with
+        the window's results, inside whichever later step the collector runs in."""
         prof, self.stopped = self.stopped, None
         if prof is not None:
             prof.__dict__.clear()  # the cycle broken: refcounting frees it all here

@@ -48,16 +48,8 @@ def rank_and_world_size() -> tuple[int, int]:
 def environment_tags(
     backend_facts: dict[str, str], rank: int = 0, world_size: int = 1
 ) -> dict[str, str]:
-    """Run tags: backend facts plus torch and neuron-mlflow versions, host, rank, world size.
-
-    Args:
-        backend_facts: ``BaseBackend.describe()``.
-        rank: global rank of this process.
-        world_size: number of processes.
-
-    Returns:
-        Tag name (``neuron_mlflow.<fact>``) to string value.
-    """
+    """Run tags (``neuron_mlflow.<fact>``): the backend's facts (``BaseBackend.describe()``),
+    torch and neuron-mlflow versions, host, global rank and world size."""
     import torch
 
     facts = {

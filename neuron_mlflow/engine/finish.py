@@ -1,14 +1,9 @@
 """A window's end on the training thread: its one record.
 
-When a window ends (its last scheduled step, the user's exception, a stage's end, a signal)
-the session stops the profiler and the backend writes the trace into the window's staging
-folder. Then :func:`end_record` makes the window's one complete record
-(:class:`~neuron_mlflow.sinks.window_record.Window`: identity, steps, times, status, run
-target, environment and the backend's facts, the configuration) from the part of it the
-session knew before (:func:`session_record`, made once when its first window opens). No
-MLflow call, nothing read back: the session queues the record for the worker process and
-returns. Everything after is :func:`neuron_mlflow.engine.pipeline.finish_window`'s, in the
-worker process or in ``sync``.
+Once the profiler stopped and the trace is written, :func:`end_record` completes the
+session's part (:func:`session_record`, made when its first window opens) into the window's
+record (:class:`~neuron_mlflow.sinks.window_record.Window`). No MLflow call: the session
+queues the record, and :func:`neuron_mlflow.engine.pipeline.finish_window` does the rest.
 
 Example:
     >>> import tempfile, time, torch
@@ -66,8 +61,7 @@ def session_record(
     job_id: str | None = None,
     rank_metrics: bool = False,
 ) -> Window:
-    """What every window of a session has in common (made when its first window opens,
-    before the profiler starts): :func:`end_record` completes a copy of it."""
+    """What every window of a session has in common; :func:`end_record` completes a copy."""
     return Window(
         state=WindowState.SPOOLED,
         artifact_path="",  # known at the end (the last recorded step)
@@ -102,23 +96,21 @@ def end_record(
     upload: bool = True,
     skew_ranks: list[int] | None = None,
 ) -> Window:
-    """On the training thread, once the profiler stopped: the window's complete record.
+    """The window's complete record, once the profiler stopped.
 
     Args:
         base: the session's part (:func:`session_record`).
         capture: the stopped window.
-        status: ``pending`` (ended by its schedule, a stage's end, a signal) or
-            ``incomplete`` (the user's step raised).
+        status: ``pending`` or ``incomplete`` (the user's step raised).
         partial: it ended before its last scheduled step.
         error: the user's exception, for an incomplete window.
         metric_step: the MLflow step of its metrics (default: its last recorded step).
-        run_id: the run decided without asking MLflow (active, explicit or our own).
+        run_id: the run known without asking MLflow.
         tracking_uri: the session's server (default: what MLflow resolves in this process).
         upload: the worker uploads it after its summary.
         skew_ranks: rank 0 of a job of several ranks: the ranks of the skew metric.
     """
-    # read at every window's end: a backend's facts can change once its profiler has run
-    # (the Neuron SDK that refuses ``correlate_device_time``)
+    # read at every end: a backend's facts can change once its profiler has run
     tags = environment_tags(capture.backend.describe(), base.rank, base.world_size)
     last = capture.last_recorded
     artifact_path = window_artifact_path(str(base.prefix), capture.window.first, last)
@@ -156,20 +148,18 @@ def end_record(
 
 
 def _tracking_uri() -> str | None:
-    """The tracking URI MLflow resolves in this process (``mlflow.set_tracking_uri``) when
-    MLflow is imported, else ``None`` (the worker resolves it from the same environment)."""
+    """The tracking URI MLflow resolves here when it is imported, else ``None`` (the worker
+    resolves it from the same environment)."""
     mlflow = sys.modules.get("mlflow")
-    if mlflow is None:
-        return None
     try:
-        return str(mlflow.get_tracking_uri())
+        return None if mlflow is None else str(mlflow.get_tracking_uri())
     except Exception:
         return None
 
 
 def _active_experiment_id(experiment_name: str | None) -> str | None:
-    """The experiment set in this process with ``mlflow.set_experiment`` (the worker process
-    cannot see it), when the config names none."""
+    """The experiment of ``mlflow.set_experiment`` here (the worker cannot see it), when the
+    config names none."""
     fluent = sys.modules.get("mlflow.tracking.fluent")
     if experiment_name or fluent is None:
         return None

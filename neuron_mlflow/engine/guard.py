@@ -1,12 +1,8 @@
 """The guard around our own code: a failure of neuron-mlflow never stops the user's job.
 
-A failure becomes one log record on the ``neuron_mlflow`` logger (shown only where the
-program configured logging: the logger has a ``NullHandler``, so Python's last-resort
-handler does not print the report a second time) and one
-:class:`~neuron_mlflow.errors.NeuronMlflowWarning`, attributed to the user's line that
-called into us. The warning can never propagate into the user's code (under ``python -W
-error`` the warning filter would raise it: it is swallowed then, and the report goes to
-stderr). ``strict=True`` re-raises instead.
+A failure becomes one log record on the ``neuron_mlflow`` logger and one
+:class:`~neuron_mlflow.errors.NeuronMlflowWarning` attributed to the user's line; under
+``python -W error`` the report goes to stderr instead of raising. ``strict=True`` re-raises.
 
 Example:
     >>> import warnings
@@ -36,7 +32,7 @@ from typing import ParamSpec, TypeVar
 from neuron_mlflow.errors import NeuronMlflowWarning
 
 log = logging.getLogger("neuron_mlflow")
-log.addHandler(logging.NullHandler())  # (a library's logger: the program decides)
+log.addHandler(logging.NullHandler())  # not printed twice by the last-resort handler
 
 _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
 

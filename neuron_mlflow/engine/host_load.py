@@ -1,12 +1,9 @@
 """What makes timings noisy on a shared host, measured around one window.
 
-:func:`sample_host_load` at the window's open and close (cheap: one read of ``/proc/stat``,
-``os.getloadavg``, the CPU count, and ``torch.get_num_threads()`` only when torch is already
-imported), then :func:`host_load_tags` turns the two samples into the window's run tags
-(names: ``neuron_mlflow.naming.HOST_LOAD_TAGS``): the 1-minute load average at the close, the
-CPU steal share between the two samples (a VM's vCPUs waiting for the hypervisor), the CPU
-count and torch's intra-op threads. ``neuron-mlflow compare`` warns when two sides ran under
-different load (:func:`neuron_mlflow.summary.comparison.load_notes`).
+:func:`sample_host_load` at the window's open and close (one read of ``/proc/stat``), then
+:func:`host_load_tags` makes the window's tags (``naming.HOST_LOAD_TAGS``): the load average,
+the CPU steal share between the samples (a VM's vCPUs waiting for the hypervisor), the CPU
+count and torch's threads. ``neuron-mlflow compare`` warns when two sides' loads differ.
 
 Example:
     >>> start = sample_host_load()
@@ -43,18 +40,14 @@ class HostLoad:
 
 
 def _proc_stat() -> tuple[int | None, int | None]:
+    """(steal, total) jiffies of the first line: ``cpu user nice system idle iowait irq
+    softirq steal guest guest_nice`` (guests are counted in user)."""
     try:
         with open("/proc/stat", "rb") as stat:
-            first = stat.read(256).split(b"\n", 1)[0].decode("ascii").split()
-    except (OSError, UnicodeDecodeError):
+            fields = [int(x) for x in stat.read(256).split(b"\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
         return None, None
-    if not first or first[0] != "cpu":
-        return None, None
-    fields = [int(x) for x in first[1:]]
-    # user nice system idle iowait irq softirq steal guest guest_nice; guests are in user
-    total = sum(fields[:8])
-    steal = fields[7] if len(fields) > 7 else 0
-    return steal, total
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
 def sample_host_load() -> HostLoad:
@@ -64,13 +57,11 @@ def sample_host_load() -> HostLoad:
         load: float | None = os.getloadavg()[0]
     except (OSError, AttributeError):
         load = None
-    torch = sys.modules.get("torch")
-    threads = None
-    if torch is not None:
-        try:
-            threads = int(torch.get_num_threads())
-        except Exception:
-            threads = None
+    torch = sys.modules.get("torch")  # (not imported here)
+    try:
+        threads = None if torch is None else int(torch.get_num_threads())
+    except Exception:
+        threads = None
     return HostLoad(time.monotonic(), steal, total, load, os.cpu_count() or 1, threads)
 
 

@@ -1,14 +1,10 @@
 """The engine: one profiling session drives capture, summary, spool and upload.
 
-Front ends (the decorator, the Lightning callback) only say when a step begins and ends.
-Outside a window a step costs a counter increment and one comparison: the profiler is
-created when a window's warm-up begins and stopped when its last recorded step ends. The
-step that ends a window only stops the profiler, lets the backend write its trace and queues
-the window's one record (:mod:`neuron_mlflow.engine.finish`); the rest of the window (its
-place in the spool, summary, files, upload) is finished by the background worker
-(:mod:`neuron_mlflow.engine.worker`, a process of its own, with
-:mod:`neuron_mlflow.engine.pipeline`). ``summary``, ``records`` and
-``run_id`` read what it finished, and wait for it only when called.
+Front ends only say when a step begins and ends; outside a window a step costs a counter
+increment and one comparison. The step that ends a window stops the profiler and queues
+the window's one record (:mod:`neuron_mlflow.engine.finish`); the worker process
+(:mod:`neuron_mlflow.engine.worker`) does the rest. ``summary``, ``records`` and ``run_id``
+read what it finished, and wait for it only when called.
 
 Example:
     >>> import tempfile, torch
@@ -34,10 +30,9 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ParamSpec, TypeVar
 
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.capture.live import LiveWindow
@@ -50,7 +45,7 @@ from neuron_mlflow.engine.guard import Guard, report
 from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.options import Options
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
-from neuron_mlflow.engine.worker import WorkerClient
+from neuron_mlflow.engine.worker import WorkerClient, queued_place
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, trace_folder
 from neuron_mlflow.schedule import (
@@ -64,9 +59,6 @@ from neuron_mlflow.sinks.claims import Claim
 from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.sinks.window_record import Window as Record
 from neuron_mlflow.summary.ops import OpSummary, summary_from_dict
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 _capturing: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
 """Sessions with an open window: torch.profiler cannot run two captures at once."""
@@ -98,21 +90,18 @@ class _Handed:
 
 @dataclass
 class Results:
-    """A session's windows handed to the worker process, read back from the spool.
+    """A session's windows handed to the worker process, read back from the spool only when
+    the user (or ``close()``) asks."""
 
-    Nothing here runs unless the user (or ``close()``) asks: the training thread never waits.
-    """
-
-    client: WorkerClient | None = None
+    client: WorkerClient
     handed: list[_Handed] = field(default_factory=list)
     closed: bool = False
 
-    def hand_off(self, path: Path, window: Record) -> bool:
+    def hand_off(self, path: Path, window: Record) -> Path:
         """Queue the window's record for the worker (it puts the window at ``path``)."""
-        assert self.client is not None
-        self.client.submit(window)
+        job = self.client.submit(window)
         self.handed.append(_Handed(path))
-        return True
+        return job
 
     def _read(self, handed: _Handed, summaries_only: bool) -> bool:
         """Read the window's manifest; True when the worker is done with what we wait for."""
@@ -142,7 +131,7 @@ class Results:
         failure of the worker is reported once (a warning), or raised when ``strict``.
         """
         try:
-            with self.client.hurried() if self.client is not None else nullcontext():
+            with self.client.hurried():
                 deadline = time.monotonic() + timeout_s
                 next_check = time.monotonic() + RESPAWN_CHECK_S
                 for handed in self.handed:
@@ -150,14 +139,14 @@ class Results:
                         now = time.monotonic()
                         if now >= deadline:
                             return False
-                        if now >= next_check and self.client is not None:
+                        if now >= next_check:
                             self.client.ensure_running()  # a worker that died is started again
                             next_check = now + RESPAWN_CHECK_S
                         time.sleep(min(0.005, max(0.0, deadline - now)))
                     self._report(handed, strict)
                 return True
         finally:
-            if self.closed and self.client is not None:  # (ensure_running registered it)
+            if self.closed:  # (ensure_running registered it again)
                 self.client.close()
 
     def _report(self, handed: _Handed, strict: bool) -> None:
@@ -171,10 +160,9 @@ class Results:
         if strict:
             raise NeuronMlflowError(f"neuron-mlflow: {error}")
         if step == "upload":
-            local_dir = self.client.root if self.client is not None else record.path.parent
             report(
                 f"neuron-mlflow: {error}; it is kept at {record.path} (pending). Run "
-                f"`neuron-mlflow sync --local-dir {local_dir}` to upload it later"
+                f"`neuron-mlflow sync --local-dir {self.client.root}` to upload it later"
             )
         else:
             report(f"neuron-mlflow: {error}")
@@ -182,14 +170,12 @@ class Results:
     def close(self) -> None:
         """This process hands no more windows (the worker finishes the queue, then exits)."""
         self.closed = True
-        if self.client is not None:
-            self.client.close()
+        self.client.close()
 
     @property
     def summary(self) -> OpSummary | None:
         """The summary of the last window summarised so far."""
-        summaries = [h.summary for h in self.handed if h.summary is not None]
-        return summaries[-1] if summaries else None
+        return next((h.summary for h in reversed(self.handed) if h.summary is not None), None)
 
     @property
     def records(self) -> list[WindowRecord]:
@@ -197,8 +183,8 @@ class Results:
         return [h.record for h in self.handed if h.record is not None and h.summary is not None]
 
     def last_run(self) -> str | None:
-        """The run of the last handed window whose record names one, read from its record
-        now (the worker writes the run it chose there): nothing waits for the worker."""
+        """The run of the last handed window whose record names one (the worker writes the
+        run it chose there), read now without waiting."""
         for handed in reversed(self.handed):
             try:
                 run_id = WindowRecord.load(handed.path).window.run_id
@@ -256,7 +242,9 @@ class ProfilingSession:
             options = Options(options)
         self.options = options
         config = self.config = options.config
-        self._guard = Guard(config.strict, self.turn_off)  # (the config is frozen)
+        # our own code, and a front end's calls into the engine, run in the guard: a failure
+        # becomes one report and turns profiling off (`disabled`), unless config.strict
+        self.guarded = Guard(config.strict, self.turn_off)
         self.prefix = prefix or config.metric_prefix
         self.backend = resolve_backend(config.backend, config)
         self.upload_enabled = options.upload if upload is None else upload
@@ -271,7 +259,7 @@ class ProfilingSession:
         self._next_start = self._next_after(0)
         self._step_started_ns = 0
         self._closed = False
-        self._disabled = False
+        self.disabled = False
         package_version()  # read once now, not at the first window's end
         self.guarded(self.backend.describe)  # (platform.processor() runs `uname -p` once)
         self._worker = WorkerClient(self._spool.root)
@@ -280,9 +268,8 @@ class ProfilingSession:
                 self._worker.ensure_running()
         self._results = Results(self._worker)
         self._capturing_claim: Claim | None = None
-        self._base: Record | None = None
+        self._base: Record | None = None  # every window's common part (:meth:`_session_record`)
         self._stopped: LiveWindow | None = None  # the last window's profiler, to free
-        """What every window's record of this session holds (made when the first opens)."""
         _open_sessions.add(self)
         self._system: SystemMetrics | None = None
         self._watch: OnDemand | None = None
@@ -319,7 +306,7 @@ class ProfilingSession:
         """
         from neuron_mlflow.errors import WindowRequestRefused
 
-        if self._closed or self._disabled:
+        if self._closed or self.disabled:
             raise WindowRequestRefused("profiling is off in this process")
         if steps < 1 or warmup < 0:
             raise WindowRequestRefused(
@@ -327,10 +314,10 @@ class ProfilingSession:
             )
         begin = self.step_num if start is None else start
         if self._capture is not None and begin <= self._capture.window.last:
+            opened = self._capture.window
             raise WindowRequestRefused(
-                f"step {begin} is inside the open window (steps {self._capture.window.start}-"
-                f"{self._capture.window.last}); ask for a start after step "
-                f"{self._capture.window.last}"
+                f"step {begin} is inside the open window (steps {opened.start}-{opened.last}); "
+                f"ask for a start after step {opened.last}"
             )
         if begin < self.step_num:
             raise WindowRequestRefused(f"step {begin} is past (the next step is {self.step_num})")
@@ -364,7 +351,7 @@ class ProfilingSession:
         """
         if self._capture is None and step != self.step_num:
             self.step_num = step
-            self._next_start = None if self._closed or self._disabled else self._next_after(step)
+            self._next_start = None if self._closed or self.disabled else self._next_after(step)
 
     # -- results (finished by the background worker) -------------------------------------
 
@@ -377,7 +364,7 @@ class ProfilingSession:
 
     def wait_summaries(self, timeout_s: float = WAIT_S) -> bool:
         """Wait (at most ``timeout_s``) until the windows handed to the worker are summarised
-        and in the spool with their metrics (not for their upload); True when done."""
+        (not for their upload); True when done."""
         return self._results.wait(timeout_s, strict=False, summaries_only=True)
 
     @property
@@ -416,7 +403,7 @@ class ProfilingSession:
         if self._capture is None:
             if self.step_num != self._next_start:
                 return
-            self._open_window(calls_marked=call_name is not None)
+            self._open_window()
         capture = self._capture
         if capture is not None:
             capture.begin_step()  # interference counters, read outside the step's range
@@ -428,8 +415,8 @@ class ProfilingSession:
         """Mark the end of step ``step_num``; closes the window after its last step.
 
         Returns:
-            When this step finished a window, its record (queued: put in place,
-            summarised and uploaded by the worker process), else ``None``.
+            When this step finished a window, its record (queued for the worker), else
+            ``None``.
         """
         capture = self._capture
         if capture is None:
@@ -480,18 +467,14 @@ class ProfilingSession:
         Returns:
             The spooled window, if one was open.
         """
-        if self._capture is None:
-            return None
         return self._finish_window(status="pending", partial=True)
 
     def close(self) -> None:
         """Stop a window still open (logged as partial), hand what is left to the worker
-        process and end the session: nothing of ours runs in this process after it (no
-        thread, no signal handler, no exit hook for this session). It does not wait for the
-        uploads: the worker finishes them, even after this process ends; call :meth:`wait`
-        first to have them in MLflow. (A window asked for on demand whose asker still waits
-        for its ``done`` answer is waited for, at most ``upload_timeout_s``; so are
-        neuron-monitor samples whose run comes with the worker's first upload.) Idempotent.
+        process and end the session: no thread, signal handler or exit hook of this session
+        stays. It waits for no upload (call :meth:`wait` first for that), except, at most
+        ``upload_timeout_s``, for a window whose on-demand asker awaits its ``done`` answer or
+        for the run that neuron-monitor samples wait for. Idempotent.
         """
         if self._closed:
             return
@@ -501,7 +484,7 @@ class ProfilingSession:
         self._next_start = None
         watch, self._watch = self._watch, None
         if watch is not None:
-            if watch.awaiting_windows:  # its last poll answers `done` once they are uploaded
+            if watch.awaiting_windows:
                 self.guarded(self.wait, self.config.upload_timeout_s)
             self.guarded(watch.close)
         self._results.close()
@@ -512,17 +495,14 @@ class ProfilingSession:
             system, self._system = self._system, None
             system.sampler.stop()  # no more samples; those taken wait for their run
             needs_run: bool | None = self.guarded(system.needs_run)
-            if needs_run and self._results.handed:
-                # the session's own run comes with the worker's first upload: without it the
-                # neuron-monitor samples would be lost (bounded, as wait() is)
+            if needs_run and self._results.handed:  # the run comes with the first upload
                 self.guarded(self.wait, self.config.upload_timeout_s)
             self.guarded(system.stop)
 
     @property
     def next_window_step(self) -> int | None:
         """The first step that can touch a window: the next step while one is open, else
-        the next window's start (scheduled and not skipped, or requested); ``None`` when
-        none is left (or the session is closed or off)."""
+        the next window's start; ``None`` when none is left (or the session is off)."""
         return self.step_num if self._capture is not None else self._next_start
 
     @property
@@ -532,28 +512,15 @@ class ProfilingSession:
 
     # -- windows ------------------------------------------------------------------------
 
-    def guarded(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
-        """Run our own code, or a front end's call into the engine (``begin_step``,
-        ``end_step``, ``abort``), in the guard (:mod:`neuron_mlflow.engine.guard`): a failure
-        becomes one report and turns profiling off for this session (the profiled code goes
-        on), unless ``config.strict``. Once profiling is off these calls cost a comparison."""
-        return self._guard(fn, *args, **kwargs)
-
-    @property
-    def disabled(self) -> bool:
-        """True once a failure of ours turned profiling off for this session."""
-        return self._disabled
-
     def _end_capturing(self) -> None:
-        """The window is no longer captured: the worker may run its jobs again (the
-        capturing lock file leaves ``.capturing/``)."""
+        """The worker may run its jobs again (this window's lock leaves ``.capturing/``)."""
         held, self._capturing_claim = self._capturing_claim, None
         if held is not None:
             self._worker.captured(held)
 
     def turn_off(self, exc: BaseException | None = None) -> None:
         """Stop capturing for good: the open window (if any) is dropped, no new one opens."""
-        self._disabled = True
+        self.disabled = True
         self._next_start = None
         capture, self._capture = self._capture, None
         _capturing.discard(self)
@@ -574,14 +541,13 @@ class ProfilingSession:
         return rank, world_size
 
     def _release_stopped(self) -> None:
-        """Free the last window's stopped profiler (:meth:`LiveWindow.release`): when a
-        window opens, before its profiler starts, and at close; never in the steps after a
-        window, where the cycle collector would otherwise do it."""
+        """Free the last window's stopped profiler (:meth:`LiveWindow.release`) where a step
+        can afford it: when a window opens, before its profiler starts, and at close."""
         stopped, self._stopped = self._stopped, None
         if stopped is not None:
             self.guarded(stopped.release)
 
-    def _open_window(self, calls_marked: bool) -> None:
+    def _open_window(self) -> None:
         self._release_stopped()
         requested = [(w, r) for w, r in self._requested if w.start == self.step_num]
         reason = "schedule"
@@ -607,17 +573,15 @@ class ProfilingSession:
             self._session_dir = self._spool.new_session_dir()
         staging = Spool.capture_dir(self._session_dir, window.index, self.prefix)
         trace_dir = staging / "artifacts" / trace_folder(self._rank()[0])
-        capture = LiveWindow(
-            window, self.backend, self.config, staging, trace_dir, calls_marked=calls_marked
-        )
+        capture = LiveWindow(window, self.backend, self.config, staging, trace_dir)
         capture.host_load = sample_host_load()
         capture.reason = reason
         # the claim first: a worker that sees it does not leave before the window's job
         self._capturing_claim = self.guarded(self._worker.capturing)
         try:
             self.guarded(self._worker.ensure_running)  # a worker runs, before the window
-            if self._base is None:  # the records' common part, made once, outside a window
-                self._base = self.guarded(self._session_record)
+            if self._base is None:  # made once, outside a window
+                self.guarded(self._session_record)
             self.guarded(capture.start)
         finally:
             if capture.prof is None:  # it did not start (strict mode raised, or off)
@@ -628,74 +592,65 @@ class ProfilingSession:
             signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
 
     def _session_record(self) -> Record:
-        """What every window's record of this session holds (:func:`finish.session_record`)."""
-        assert self._session_dir is not None
-        rank, world_size = self._rank()
-        return session_record(
-            self.config, self.backend, self.prefix, self._session_dir.name, rank=rank,
-            world_size=world_size, traces_only=self.options.traces_only,
-            job_id=self.options.job_id, rank_metrics=self.options.attached,
-        )  # fmt: skip
+        """What every window's record of this session holds (:func:`finish.session_record`),
+        made once."""
+        if self._base is None:
+            assert self._session_dir is not None
+            rank, world_size = self._rank()
+            self._base = session_record(
+                self.config, self.backend, self.prefix, self._session_dir.name, rank=rank,
+                world_size=world_size, traces_only=self.options.traces_only,
+                job_id=self.options.job_id, rank_metrics=self.options.attached,
+            )  # fmt: skip
+        return self._base
 
     def _finish_window(
         self, status: str, partial: bool, error: str | None = None, place_now: bool = True
     ) -> WindowRecord | None:
         """Stop the profiler here (the trace is written), write the window's one record and
-        queue it for the worker process: all the training thread does. The worker puts the
-        window in place (:meth:`Spool.place`); with ``place_now`` (an exception, a stage's
-        end, a signal: the process may end next) this thread does, the same way.
-        Returns the window's record: its ``path`` is where it is, or will be, in place
-        (``WindowRecord.load(path)`` once ``wait_summaries()`` returned reads it summarised)."""
+        queue it for the worker process, which puts the window in place: all the training
+        thread does. With ``place_now`` (an exception, a stage's end, a signal: the process
+        may end next) this thread puts it in place first, the same way (:meth:`Spool.place`).
+        Returns the window's record (its ``path`` is where it is, or will be, in place)."""
         capture = self._capture
         if capture is None:
             return None
         self._capture = None
         _capturing.discard(self)
-        try:
-            return self._spool_window(capture, status, partial, error, place_now)
-        finally:  # after the job is queued: a worker that sees neither may leave
-            self._end_capturing()
-
-    def _spool_window(
-        self, capture: LiveWindow, status: str, partial: bool, error: str | None, place_now: bool
-    ) -> WindowRecord | None:
-        """:meth:`_finish_window` while the window's capturing claim is still held."""
-        self.guarded(capture.exit_marker)
-        self.guarded(capture.stop)
-        self._stopped = capture  # freed when the next window opens, or at close
-        if capture.recorded_steps == 0:
-            # Interrupted during warm-up: nothing was recorded.
-            shutil.rmtree(capture.staging, ignore_errors=True)
-            return None
-        upload = self.upload_enabled and status != "incomplete"
-        base = self._base
-        if base is None:  # making it failed when the window opened
-            base = self._base = self.guarded(self._session_record)
+        try:  # the capturing claim is released after the job is queued
+            self.guarded(capture.exit_marker)
+            self.guarded(capture.stop)
+            self._stopped = capture  # freed when the next window opens, or at close
+            if capture.recorded_steps == 0:  # interrupted during warm-up
+                shutil.rmtree(capture.staging, ignore_errors=True)
+                return None
+            base = self._base if self._base is not None else self.guarded(self._session_record)
             if base is None:
                 return None
-        rank, world_size = base.rank, base.world_size
-        skew = None
-        if rank == 0 and world_size > 1 and upload:
-            skew = sorted(self.options.capture_ranks or range(world_size))
-        window = self.guarded(
-            end_record, base, capture, status=status, partial=partial, error=error,
-            metric_step=None if self._metric_step is None else self._metric_step(),
-            run_id=self.options.current_run(),
-            tracking_uri=self.options.tracking_uri, upload=upload, skew_ranks=skew,
-        )  # fmt: skip
-        if window is None:
-            return None
-        path = self._spool.root / window.session / window.artifact_path
-        if place_now:  # in place before the step returns, then queued
-            record = self.guarded(self._spool.place, window)
-            if record is None:
+            upload = self.upload_enabled and status != "incomplete"
+            skew = None
+            if base.rank == 0 and base.world_size > 1 and upload:
+                skew = sorted(self.options.capture_ranks or range(base.world_size))
+            window = self.guarded(
+                end_record, base, capture, status=status, partial=partial, error=error,
+                metric_step=None if self._metric_step is None else self._metric_step(),
+                run_id=self.options.current_run(),
+                tracking_uri=self.options.tracking_uri, upload=upload, skew_ranks=skew,
+            )  # fmt: skip
+            if window is None:
                 return None
-            self.guarded(self._results.hand_off, path, window)
-            return record
-        if self.guarded(self._results.hand_off, path, window) is None:
-            # the record could not be queued: the window goes in place here, for `sync`
-            return self.guarded(self._spool.place, window)
-        return WindowRecord(path=path, window=window)
+            path = queued_place(self._spool.root, window)
+            if place_now:  # in place before the step returns, then queued
+                record = self.guarded(self._spool.place, window)
+                if record is not None:
+                    self.guarded(self._results.hand_off, path, window)
+                return record
+            if self.guarded(self._results.hand_off, path, window) is None:
+                # the record could not be queued: the window goes in place here, for `sync`
+                return self.guarded(self._spool.place, window)
+            return WindowRecord(path=path, window=window)
+        finally:  # a worker that sees neither the job nor the claim may leave
+            self._end_capturing()
 
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"
@@ -703,7 +658,7 @@ class ProfilingSession:
 
 def wait_at_exit(sessions: Iterable[ProfilingSession]) -> None:
     """Each session waits at most ``upload_timeout_s`` for the worker to finish its windows;
-    windows left are reported (with the command that uploads them later). Never raises."""
+    windows left are reported with the ``sync`` command. Never raises."""
     for session in sessions:
         with suppress(Exception):
             if not session.wait(session.config.upload_timeout_s):
@@ -717,7 +672,6 @@ def wait_at_exit(sessions: Iterable[ProfilingSession]) -> None:
 
 @atexit.register
 def _wait_at_exit() -> None:
-    """At exit, a session nobody closed waits (:func:`wait_at_exit`), so that the run is
-    complete when the script ends. A closed session is not waited for here: the worker
-    process finishes its windows on its own (``wait()`` before the end waits for them)."""
+    """At exit, a session nobody closed waits (:func:`wait_at_exit`); a closed one does not:
+    the worker process finishes its windows on its own."""
     wait_at_exit(list(_open_sessions))

@@ -1,17 +1,14 @@
 """SIGTERM (spot reclaim, a scheduler's preemption): the open window is kept before we go.
 
-:func:`install` (called on the main thread when a session opens its first window) puts a
-SIGTERM handler in front of the one in place (Lightning's, the user's, or the default). On
-SIGTERM it stops every open window, spools it as partial and hands it to the background
-uploader, waits a little (at most :data:`SUMMARY_WAIT_S`) for its summary to be written, then
-runs the previous handler; with the default one the process then dies of SIGTERM as it would
-have. A window the uploader could not send stays pending for ``neuron-mlflow sync``.
-:func:`uninstall` puts the previous handler back; a session's ``close()`` calls it when no
-window is open in the process any more, so nothing of ours stays installed after it.
+:func:`install` puts a SIGTERM handler in front of the one in place. On SIGTERM it spools
+every open window as partial, waits at most :data:`SUMMARY_WAIT_S` for their summaries, then
+runs the previous handler (with the default one the process dies of SIGTERM, as it would
+have). :func:`uninstall` puts the previous handler back (a session's ``close()``, when no
+window is open in the process).
 
 Example:
     >>> import signal
-    >>> install()  # on the main thread; idempotent
+    >>> install(list)  # on the main thread; idempotent
     >>> signal.getsignal(signal.SIGTERM) is _on_sigterm
     True
     >>> uninstall()
@@ -31,10 +28,10 @@ SUMMARY_WAIT_S = 10.0
 """How long the SIGTERM handler waits for the open windows' summaries (seconds)."""
 
 _previous: Any = None
-_sessions: Callable[[], Iterable[Any]] | None = None
+_sessions: Callable[[], Iterable[Any]] = list
 
 
-def install(open_sessions: Callable[[], Iterable[Any]] | None = None) -> None:
+def install(open_sessions: Callable[[], Iterable[Any]]) -> None:
     """Put our SIGTERM handler in front of the current one (main thread only; idempotent).
 
     Args:
@@ -42,8 +39,7 @@ def install(open_sessions: Callable[[], Iterable[Any]] | None = None) -> None:
             ``wait_summaries(timeout_s)``).
     """
     global _previous, _sessions
-    if open_sessions is not None:
-        _sessions = open_sessions
+    _sessions = open_sessions
     if threading.current_thread() is not threading.main_thread():
         return
     with contextlib.suppress(ValueError, OSError):
@@ -66,7 +62,7 @@ def uninstall() -> None:
 
 
 def _keep_open_windows() -> None:
-    sessions = list(_sessions()) if _sessions is not None else []
+    sessions = list(_sessions())
     for session in sessions:
         with contextlib.suppress(Exception):
             session.flush()  # spooled as partial, handed to the uploader

@@ -1,10 +1,9 @@
 """Slow steps take a window by themselves: the detector behind ``ProfilerConfig.trigger``.
 
 :class:`SlowStepDetector` runs on the training thread, one :meth:`~SlowStepDetector.add` per
-step (a few list operations, no sort: the baseline median is recomputed every
-:data:`RECOMPUTE_EVERY` steps). The median of the last ``min_steps`` step times is above
-``factor`` x the baseline exactly when more than half of them are, so only a count of slow
-steps among the recent ones is kept.
+step (no sort: the baseline median is recomputed every :data:`RECOMPUTE_EVERY` steps). The
+recent median is above ``factor`` x the baseline exactly when more than half of the recent
+steps are, so only a count of slow steps is kept.
 
 Example:
     >>> from neuron_mlflow.config import SlowSteps

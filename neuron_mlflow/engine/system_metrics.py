@@ -1,13 +1,9 @@
 """Neuron system metrics for the whole job: the ``neuron-monitor`` sampler, logged to MLflow.
 
-``neuron.system_metrics`` (default ``None``: on when the backend is Neuron and
-``neuron-monitor`` is on ``PATH``) starts one sampler per host (local rank 0) with the
-session, or with the Lightning callback's ``setup`` for the whole fit, and stops it at
-``close`` / ``teardown`` (and at interpreter exit). Samples
-(:mod:`neuron_mlflow.capture.backends.neuron_monitor`, ``system/neuron/...``) go to the
-session's run with ``log_batch`` in chunks of 1000, with the time each report was read and
-the report's index as step; until the run is known (a run created at the first upload)
-they wait, bounded.
+One sampler per host (local rank 0), from the session or an attached front end's set-up to
+its close (or interpreter exit). Samples (``system/neuron/...``,
+:mod:`neuron_mlflow.capture.backends.neuron_monitor`) go to the run with ``log_batch`` in
+chunks of 1000; until the run is known (made with the first upload) they wait, bounded.
 
 Example:
     >>> from neuron_mlflow.config import ProfilerConfig
@@ -43,8 +39,9 @@ _running: weakref.WeakSet[SystemMetrics] = weakref.WeakSet()
 
 
 def system_metrics_wanted(config: ProfilerConfig, backend_name: str) -> bool:
-    """Whether this process samples: the option (or Neuron + ``neuron-monitor`` on PATH),
-    on local rank 0 only. Warns when the option is on but ``neuron-monitor`` is missing."""
+    """Whether this process samples: ``neuron.system_metrics`` (default: Neuron and
+    ``neuron-monitor`` on PATH), on local rank 0 only. Warns when ``neuron-monitor`` is
+    missing though the option is on."""
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return False
     wanted = config.neuron.system_metrics
@@ -62,7 +59,7 @@ def system_metrics_wanted(config: ProfilerConfig, backend_name: str) -> bool:
 
 
 class SystemMetrics:
-    """The sampler and its MLflow logging for one session (or one Lightning fit).
+    """The sampler and its MLflow logging for one session (or one attached front end).
 
     Args:
         config: the configuration (``neuron.monitor_period_s``).
@@ -82,13 +79,6 @@ class SystemMetrics:
         self._lock = threading.Lock()
         self.sampler = NeuronMonitorSampler(self._log, period_s=config.neuron.monitor_period_s)
 
-    def start(self) -> bool:
-        """Start sampling; ``False`` when ``neuron-monitor`` cannot run."""
-        started = self.sampler.start()
-        if started:
-            _running.add(self)
-        return started
-
     def _log(self, samples: list[Sample]) -> None:
         with self._lock:
             self._waiting.extend(samples)
@@ -106,8 +96,7 @@ class SystemMetrics:
             client.log_batch(run_id, metrics=metrics[i : i + CHUNK], synchronous=True)
 
     def needs_run(self) -> bool:
-        """True while samples wait for a run that is not known yet (the session's own run,
-        made by the worker with its first upload)."""
+        """True while samples wait for a run not known yet (made with the first upload)."""
         with self._lock:
             waiting = bool(self._waiting)
         return waiting and self._run_id() is None
@@ -117,19 +106,19 @@ class SystemMetrics:
         _running.discard(self)
         self.sampler.stop()
         with self._lock:
-            left = len(self._waiting)
-        if left:
-            try:
-                self._log([])
-            except Exception as exc:
-                log.warning("neuron-mlflow: could not log neuron-monitor samples: %s", exc)
-            with self._lock:
-                if self._waiting:
-                    log.info(
-                        "neuron-mlflow: %d neuron-monitor samples dropped: no run was known",
-                        len(self._waiting),
-                    )
-                    self._waiting = []
+            if not self._waiting:
+                return
+        try:
+            self._log([])
+        except Exception as exc:
+            log.warning("neuron-mlflow: could not log neuron-monitor samples: %s", exc)
+        with self._lock:
+            if self._waiting:
+                log.info(
+                    "neuron-mlflow: %d neuron-monitor samples dropped: no run was known",
+                    len(self._waiting),
+                )
+                self._waiting = []
 
 
 def start_system_metrics(
@@ -138,11 +127,15 @@ def start_system_metrics(
     run_id: Callable[[], str | None],
     tracking_uri: str | None = None,
 ) -> SystemMetrics | None:
-    """Start the sampler when :func:`system_metrics_wanted`; ``None`` otherwise."""
+    """Start the sampler when :func:`system_metrics_wanted` and ``neuron-monitor`` runs;
+    ``None`` otherwise."""
     if not system_metrics_wanted(config, backend_name):
         return None
     system = SystemMetrics(config, run_id, tracking_uri)
-    return system if system.start() else None
+    if not system.sampler.start():
+        return None
+    _running.add(system)
+    return system
 
 
 @atexit.register

@@ -1,28 +1,11 @@
-"""The worker process: summarises, analyses, renders and uploads spooled windows.
+"""The worker process: puts queued windows in place, summarises and uploads them.
 
-The training process only stops the profiler, lets it write its trace into the window's
-staging folder in the spool and writes the window's one record
-(:class:`~neuron_mlflow.sinks.window_record.Window`) into the spool's queue
-(``<local_dir>/.queue/``: the record is the job); this process puts the window in place
-(:meth:`~neuron_mlflow.sinks.spool.Spool.place`), and everything slow runs here, in
-another interpreter that imports no user code (and no ``torch``: the trace engine reads
-the trace files), at a lower CPU priority. So no window
-measures the summary or the upload of the one before it, and no step waits for them.
-
-One worker serves one spool folder (ranks on a host share ``local_dir``, so one per host):
-``python -m neuron_mlflow.engine.worker <local_dir>``, started when a session's first window
-opens (:class:`WorkerClient`; it imports MLflow while the window is captured), holding
-``<local_dir>/.worker.lock`` while it runs. It starts no job while a window is being
-captured (``.capturing/``; at most :data:`PAUSE_MAX_S`), so a window never shares the CPU
-with the summary or the upload of the one before it. It
-takes the queued jobs in order, claims each window (:mod:`neuron_mlflow.sinks.claims`: a
-``neuron-mlflow sync`` never sends the same window) and finishes it with the same pipeline
-as ``sync`` (:func:`~neuron_mlflow.engine.pipeline.finish_window`: summary, files, upload,
-clean-up). Each training
-process registers in ``<local_dir>/.clients/`` (a held ``flock``): the worker stays while one
-is alive (up to ``idle_s`` without work), and when the last one has exited or died it
-finishes its queue within the jobs' ``upload_timeout_s``, then exits; what is left stays in
-the spool for ``neuron-mlflow sync``. Its log is ``<local_dir>/worker.log``.
+The training thread only writes each window's record
+(:class:`~neuron_mlflow.sinks.window_record.Window`) into ``<local_dir>/.queue/``;
+everything slow runs here, in an idle-class interpreter without torch or user code, with
+the same pipeline as ``sync`` (:func:`~neuron_mlflow.engine.pipeline.finish_window`). One
+worker per spool folder (``.worker.lock``); its lifetime, the ``.capturing/`` pause and the
+``.clients/`` registry are described in docs/spool.md ("The worker process").
 
 Example:
     >>> import tempfile
@@ -70,25 +53,17 @@ CLIENTS = ".clients"
 CAPTURING = ".capturing"
 """One lock file per window being captured: the worker starts no job while one is held."""
 PAUSE_MAX_S = float(os.environ.get("NEURON_MLFLOW_WORKER_PAUSE_MAX_S", "30"))
-"""The longest the worker waits for a window being captured before it starts a job anyway
-(a job that profiles without pause still gets its windows summarised)."""
+"""The longest the worker waits for a window being captured before it starts a job anyway."""
 WORKER_LOG = "worker.log"
 """The worker's log (its stdout and stderr too)."""
 IDLE_S = float(os.environ.get("NEURON_MLFLOW_WORKER_IDLE_S", "60"))
-"""How long a worker with living clients waits for work before it exits (a later window
-starts a new one)."""
+"""How long a worker with living clients waits for work before it exits."""
 _STARTED: dict[Path, subprocess.Popen[bytes]] = {}
-"""The worker this process started last, per spool: every client in the process (the
-callback's, each stage's session) sees it, and no second one starts while it lives (it takes
-the lock first thing; measured: two interpreters and imports beside a 2-vCPU host's training
-thread, inside its first window). However long its start takes: an idle-class interpreter on
-a host that other processes keep busy took minutes, and a time limit here started a new one
-every second a client waited (12 in 40 s)."""
-
+"""The worker this process started last, per spool: no second one starts while it lives,
+however long its start takes (an idle-class interpreter on a busy host can take minutes)."""
 
 MAX_ATTEMPTS = 3
-"""A job whose worker died this often (a trace that kills it) is given up: the window is
-marked failed, with the reason, for ``sync``."""
+"""A job whose worker died this often (a trace that kills it) is given up: marked failed."""
 SKEW_WAIT_S = 30.0
 """How long rank 0's worker waits for the other ranks' times before it logs the skew."""
 
@@ -98,8 +73,8 @@ _job_counter = itertools.count()
 
 
 def read_job(root: Path, path: Path) -> Window:
-    """The window record queued in the job file ``path`` (one of this release, or a job of
-    the release before, read by :mod:`neuron_mlflow.engine.legacy_queue`).
+    """The window record queued in the job file ``path`` (a schema 2 job is read by
+    :mod:`neuron_mlflow.engine.legacy_queue`).
 
     Raises:
         OSError: the file is gone, or the window it names is neither staged nor in place.
@@ -119,16 +94,14 @@ def queued_place(root: Path, window: Window) -> Path:
 
 
 def drop_job(path: Path) -> None:
-    """The queued job at ``path`` is done (its window in place and finished, or the file
-    unreadable): it leaves the queue. A job file gone already is fine."""
+    """Remove the queued job at ``path`` (gone already is fine)."""
     with contextlib.suppress(OSError):
         path.unlink()
 
 
 def held_locks(folder: Path) -> bool:
     """True while a process holds one of the lock files in ``folder`` (``.clients/``,
-    ``.capturing/``); the others are removed: their process is gone (the OS dropped its
-    lock), or it is between two windows (its next one takes a new file)."""
+    ``.capturing/``); the free ones are removed (their process is gone or between windows)."""
     held = False
     for path in folder.glob("*.lock") if folder.is_dir() else []:
         with contextlib.suppress(OSError):
@@ -162,12 +135,9 @@ class WorkerClient:
         self._client_fd = claim_file(folder / f"{os.getpid()}_{id(self)}.lock")
 
     def submit(self, window: Window) -> Path:
-        """Queue the window's record (one small file, written under a hidden name and
-        renamed into the queue), then make sure a worker serves the queue
-        (:meth:`ensure_running`: a few microseconds while one runs). One was started when
-        the window opened, but it can leave while the window is captured: a worker that
-        misses the window's capturing lock (its own probe of the file held the lock when the
-        window claimed it) idles out, and a job queued after it left would wait for `sync`.
+        """Queue the window's record (written under a hidden name, renamed into the queue),
+        then :meth:`ensure_running`: the worker started when the window opened may have
+        left meanwhile (its own probe held the capturing lock when the window claimed it).
 
         Returns:
             The job file.
@@ -199,19 +169,15 @@ class WorkerClient:
         return True
 
     def capturing(self) -> Claim | None:
-        """Hold this while a window is captured: the worker starts no job meanwhile (at most
-        :data:`PAUSE_MAX_S`), so the window does not share the CPU with our own work.
-        Give the returned claim to :meth:`captured` when the window ends."""
+        """Hold this while a window is captured (the worker starts no job meanwhile, at most
+        :data:`PAUSE_MAX_S`); give the claim to :meth:`captured` when the window ends."""
         folder = self.root / CAPTURING
         folder.mkdir(parents=True, exist_ok=True)
         return claim_file(self._capturing_file())
 
     def captured(self, held: Claim | None) -> None:
-        """The window is no longer captured: its lock file is removed, then the claim from
-        :meth:`capturing` released (the next window takes a new file), so ``.capturing/``
-        holds only the windows being captured. Measured (ext4, 2 vCPUs, medians of 2000):
-        14 us here instead of 2 us (a release alone), and 24 us instead of 17 us for the
-        next window's :meth:`capturing`, which makes the file again: once per window."""
+        """The window is no longer captured: its lock file is removed, then the claim
+        released, so ``.capturing/`` holds only the windows being captured."""
         if held is None:
             return
         with contextlib.suppress(OSError):  # removed under the claim: nobody else holds it
@@ -223,12 +189,9 @@ class WorkerClient:
 
     @contextlib.contextmanager
     def hurried(self) -> Iterator[None]:
-        """While the caller waits for the worker (``wait()``), the worker this process
-        started runs in the normal scheduling class, not the idle one: the waiting thread
-        leaves its CPU free then, and on a host that other processes keep busy an idle-class
-        worker gets almost none of it (measured: the main job with a busy process in its
-        session and one in another took 614 s instead of 9). Needs ``CAP_SYS_NICE`` (root)
-        or an ``RLIMIT_NICE`` of 20; elsewhere the worker stays idle-class."""
+        """While the caller waits for it, the worker this process started runs in the
+        normal scheduling class (on a busy host an idle-class worker gets almost no CPU).
+        Needs ``CAP_SYS_NICE`` or an ``RLIMIT_NICE`` of 20; elsewhere it stays idle-class."""
         worker = _own_worker(self.root)
         if worker is None or not _set_policy(worker.pid, idle=False):
             yield
@@ -255,16 +218,11 @@ def _own_worker(root: Path) -> subprocess.Popen[bytes] | None:
 
 
 def start_worker(root: Path) -> subprocess.Popen[bytes]:
-    """Start ``python -m neuron_mlflow.engine.worker <root>`` in its own process group (not
-    its own session), its output appended to ``<root>/worker.log``. It outlives this process
-    when this process dies.
+    """Start ``python -m neuron_mlflow.engine.worker <root>`` in its own process group, its
+    output appended to ``<root>/worker.log``; it outlives this process.
 
-    Not a new session: with the kernel's autogroup scheduling (``sched_autogroup_enabled``,
-    on in most distributions) a new session is a new CPU group, given as much CPU as the
-    training process's whole group; the worker's idle class then only ranks it among its
-    own threads. Measured (2 vCPUs, a Lightning transformer, torch's 2 intra-op threads):
-    the steps after a window took 2.3x as long beside a worker in its own session (it used
-    1.4 s of CPU in their 2.4 s), 0.9-1.0x beside one in the training's group."""
+    Not a new session: with autogroup scheduling a new session is a CPU group of its own,
+    as strong as the training's whole group, which makes the idle class moot."""
     root.mkdir(parents=True, exist_ok=True)
     package_parent = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
@@ -285,19 +243,15 @@ def start_worker(root: Path) -> subprocess.Popen[bytes]:
 
 def run_idle(pid: int) -> None:
     """Put process ``pid`` in the idle scheduling class (``SCHED_IDLE``, Linux; else
-    ``nice`` 19): on a CPU that the training thread wants, the worker waits. (It still runs
-    beside the training thread on another core: that is what the worker is for. What took
-    whole scheduler ticks from a 2-vCPU host's first window was a second worker start, see
-    :data:`_STARTED`, not the class.)"""
+    ``nice`` 19): on a CPU that the training thread wants, the worker waits."""
     if not _set_policy(pid, idle=True):
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, pid, 19)
 
 
 def _set_policy(pid: int, idle: bool) -> bool:
-    """Every thread of process ``pid`` in the idle (``idle``) or the normal scheduling
-    class; False where that is refused (leaving the idle class needs ``CAP_SYS_NICE`` or an
-    ``RLIMIT_NICE`` of 20) or not Linux."""
+    """Every thread of process ``pid`` in the idle or the normal scheduling class; False
+    where that is refused or not Linux."""
     policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
     try:
         threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
@@ -314,7 +268,7 @@ def _set_policy(pid: int, idle: bool) -> bool:
 
 @dataclass
 class Worker:
-    """The worker loop over one spool (see the module docstring).
+    """The worker loop over one spool.
 
     Args:
         root: the spool root.
@@ -336,8 +290,7 @@ class Worker:
         return sorted(queue.glob("*.json")) if queue.is_dir() else []
 
     def capture_in_progress(self) -> bool:
-        """True while a training process captures a window (it holds a capturing lock).
-        The lock files nobody holds (a process killed while it captured) are removed."""
+        """True while a training process captures a window (free lock files are removed)."""
         return held_locks(self.root / CAPTURING)
 
     def wait_for_captures(self) -> None:
@@ -345,11 +298,6 @@ class Worker:
         deadline = time.monotonic() + PAUSE_MAX_S
         while self.capture_in_progress() and time.monotonic() < deadline:
             time.sleep(0.02)
-
-    def clients_alive(self) -> bool:
-        """True while a training process that handed windows here is alive (the lock
-        files of the dead ones are removed)."""
-        return held_locks(self.root / CLIENTS)
 
     def sink(self, tracking_uri: str | None) -> MlflowSink:
         """One sink per tracking server: it keeps the runs it chose."""
@@ -360,8 +308,7 @@ class Worker:
         return self._sinks[tracking_uri]
 
     def read(self, path: Path) -> Window | None:
-        """A queued record; an unreadable job file (or one whose window is gone) is
-        reported and dropped."""
+        """A queued record; an unreadable job file is reported and dropped."""
         try:
             return read_job(self.root, path)
         except (OSError, ValueError) as exc:
@@ -372,8 +319,8 @@ class Worker:
             return None
 
     def place_staged(self) -> None:
-        """Put every queued window in place first (local files only, no network): a window
-        is in place even when the worker runs out of time for it."""
+        """Put every queued window in place first (local files only): a window is in place
+        even when the worker runs out of time for it."""
         spool = Spool(self.root)
         for path in self.jobs():
             window = self.read(path)
@@ -419,7 +366,11 @@ class Worker:
         self._followups_at = now
         left = []
         for pending in self._followups:
-            logged = log_rank_skew(pending, final=final or now > pending.deadline)
+            try:
+                logged = rank_skew(pending, final=final or now > pending.deadline)
+            except Exception as exc:
+                log.warning("neuron-mlflow worker: the rank skew could not be logged (%s)", exc)
+                logged = True
             if not logged and now <= pending.deadline and not final:
                 left.append(pending)
         self._followups = left
@@ -436,7 +387,7 @@ class Worker:
         last_work = time.monotonic()
         try:
             while True:
-                alive = self.clients_alive()
+                alive = held_locks(self.root / CLIENTS)  # a training process lives
                 now = time.monotonic()
                 if alive:
                     self._orphaned_since = None
@@ -486,13 +437,9 @@ def give_up(worker: Worker, window: Window) -> None:
 
 def process_job(worker: Worker, window: Window) -> bool:
     """Put one queued window in place and finish it (:func:`~neuron_mlflow.engine.
-    pipeline.finish_window`: summary, files, upload unless the record says not to,
-    clean-up); never raises. False when a ``sync`` holds the window (the job waits).
-
-    The outcome is written into the window's record: its state (``summarised``,
-    ``uploaded``, ``failed``), ``error`` and ``handled`` (the worker is finished with it),
-    which the training process reads (``prof.summary``, ``prof.run_id``).
-    """
+    pipeline.finish_window`); never raises. False when a ``sync`` holds the window (the job
+    waits). The outcome (state, ``error``, ``handled``) is in the window's record, which the
+    training process reads."""
     from neuron_mlflow.engine.pipeline import WindowFailed, finish_window
     from neuron_mlflow.sinks.claims import claim
 
@@ -535,16 +482,6 @@ def process_job(worker: Worker, window: Window) -> bool:
     return True
 
 
-def log_rank_skew(pending: SkewFollowUp, final: bool) -> bool:
-    """Log ``P/rank/max_over_median_time`` of one window once every rank's time is in the
-    run (or, when ``final``, from the ranks that are). True when done."""
-    try:
-        return rank_skew(pending, final)
-    except Exception as exc:
-        log.warning("neuron-mlflow worker: the rank skew could not be logged (%s)", exc)
-        return True
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m neuron_mlflow.engine.worker <local_dir>``."""
     args = sys.argv[1:] if argv is None else argv
@@ -552,9 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m neuron_mlflow.engine.worker <local_dir>", file=sys.stderr)
         return 2
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # its terminal closing does not stop it
-    # MLflow's import reads platform.platform(), which forks `uname -p`: fork now, while
-    # this process is small, not a half-imported MLflow (measured: 40 ms of CPU, a third
-    # runnable task on a 2-vCPU host, inside the training thread's next window)
+    # MLflow's import forks `uname -p` (platform.platform()): fork now, while this process
+    # is small, not inside the training thread's next window
     platform.processor()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
@@ -566,9 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # another worker serves this spool
     worker = Worker(root)
     if os.environ.get("NEURON_MLFLOW_WORKER_PRELOAD", "1") != "0":
-        # before the first job, so that it does not pay for them; never while a window is
-        # being captured (it would measure our imports)
-        worker.wait_for_captures()
+        worker.wait_for_captures()  # the imports are not measured by a window
         import mlflow  # noqa: F401
 
         import neuron_mlflow.engine.pipeline
