@@ -61,25 +61,19 @@ def uninstall() -> None:
     _previous = None
 
 
-def _keep_open_windows() -> None:
-    sessions = list(_sessions())
-    for session in sessions:
-        with contextlib.suppress(Exception):
-            session.flush()  # spooled as partial, handed to the uploader
-    deadline = time.monotonic() + SUMMARY_WAIT_S
-    for session in sessions:
-        with contextlib.suppress(Exception):
-            session.wait_summaries(max(0.0, deadline - time.monotonic()))
-
-
 def _on_sigterm(signum: int, frame: Any) -> None:
     with contextlib.suppress(Exception):
-        _keep_open_windows()
+        sessions = list(_sessions())
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                session.flush()  # spooled as partial, handed to the worker
+        deadline = time.monotonic() + SUMMARY_WAIT_S
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                session.wait_summaries(max(0.0, deadline - time.monotonic()))
     previous = _previous
     if callable(previous):
         previous(signum, frame)
-    elif previous == signal.SIG_IGN:
-        return
-    else:  # the default: die of SIGTERM, as without us
+    elif previous != signal.SIG_IGN:  # the default: die of SIGTERM, as without us
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)

@@ -175,11 +175,9 @@ class WorkerClient:
         folder.mkdir(parents=True, exist_ok=True)
         return claim_file(self._capturing_file())
 
-    def captured(self, held: Claim | None) -> None:
+    def captured(self, held: Claim) -> None:
         """The window is no longer captured: its lock file is removed, then the claim
         released, so ``.capturing/`` holds only the windows being captured."""
-        if held is None:
-            return
         with contextlib.suppress(OSError):  # removed under the claim: nobody else holds it
             self._capturing_file().unlink()
         held.release()
@@ -273,12 +271,10 @@ class Worker:
     Args:
         root: the spool root.
         idle_s: how long to wait for work while clients live.
-        poll_s: how often the queue is read when it is empty.
     """
 
     root: Path
     idle_s: float = IDLE_S
-    poll_s: float = 0.02
     _sinks: dict[str | None, MlflowSink] = field(default_factory=dict)
     _followups: list[SkewFollowUp] = field(default_factory=list)
     _orphaned_since: float | None = None
@@ -420,7 +416,7 @@ class Worker:
                     if lock is None:
                         return  # the client started another worker: it takes the job
                     continue
-                time.sleep(self.poll_s if now - last_work < 1.0 else 0.1)
+                time.sleep(0.02 if now - last_work < 1.0 else 0.1)  # slower once idle
         finally:
             release(lock)
 
