@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,9 @@ def check_log_to(client: Any, log_to: str) -> None:
         CompareError: it is not (one line naming the run and the server).
         MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
     """
-    from mlflow.exceptions import MlflowException
+    from neuron_mlflow.sinks.profiles import existing_run
 
-    from neuron_mlflow.sinks.profiles import is_not_found
-
-    try:
-        client.get_run(log_to)
-    except MlflowException as exc:
-        if not is_not_found(exc):
-            raise
-        raise CompareError(
-            f"--log-to: run {log_to!r} was not found at {client.tracking_uri}"
-        ) from exc
+    existing_run(client, log_to, "--log-to: run")
 
 
 def publish_comparison(
@@ -88,12 +78,7 @@ def publish_comparison(
 
         client = client or MlflowClient()
         check_log_to(client, log_to)
-        with tempfile.TemporaryDirectory(prefix="neuron-mlflow-compare-") as tmp:
-            for name, text in (
-                (COMPARISON_MARKDOWN, render_seed_markdown(comparison)),
-                (COMPARISON_HTML, page),
-            ):
-                (Path(tmp) / name).write_text(text, encoding="utf-8")
-                client.log_artifact(log_to, str(Path(tmp) / name))
+        client.log_text(log_to, render_seed_markdown(comparison), COMPARISON_MARKDOWN)
+        client.log_text(log_to, page, COMPARISON_HTML)
         done += [f"runs:/{log_to}/{COMPARISON_MARKDOWN}", f"runs:/{log_to}/{COMPARISON_HTML}"]
     return done

@@ -1,14 +1,9 @@
 """Read run profiles back from MLflow: the metric prefixes of a run, its latest window (the
-values shown) and every window's per-step samples (what ``compare`` decides from).
-
-Samples per window, best first: its ``steps.jsonl`` (per step, without the steps that other
-processes disturbed: ``disturbed``, counted in ``RunProfile.steps_disturbed``); else its
-``summary.json`` (the window's per-step mean, one value); a run without window artifacts
-gives one value per logged window from the metric history of its headline metrics. With one
-value per window, a run needs 3 windows a side for a verdict
-(:mod:`neuron_mlflow.summary.statistics`). Only what MLflow says does not exist is read as
-absent: any other failure (a server that fails or is cut off midway) is raised as an
-``MlflowException``, never a verdict from part of a run's windows.
+values shown) and every window's per-step samples (what ``compare`` decides from): per window
+its ``steps.jsonl`` without the disturbed steps (counted in ``RunProfile.steps_disturbed``),
+else its ``summary.json`` mean (one value), else one value per logged window from the metric
+history (``docs/comparing.md``). Only what MLflow says does not exist is read as absent: any
+other failure is raised as an ``MlflowException``, never a verdict from part of a run's windows.
 
 Example:
     >>> profile_prefixes(["profile/op_calls", "loss"])
@@ -29,6 +24,7 @@ from neuron_mlflow.errors import CompareError
 from neuron_mlflow.naming import HOST_LOAD_TAGS, STEPS_FILE, run_tag
 from neuron_mlflow.summary.comparison import (
     HEADLINE,
+    OP_FIELDS,
     SAMPLED,
     Comparison,
     RunProfile,
@@ -39,7 +35,6 @@ from neuron_mlflow.summary.comparison import (
 )
 from neuron_mlflow.trace.step_samples import read_step_samples
 
-OP_FIELDS = ("self_device_us", "self_cpu_us", "calls")
 T = TypeVar("T")
 
 
@@ -87,6 +82,19 @@ def is_not_found(exc: BaseException) -> bool:
     )
 
 
+def existing_run(client: Any, run_id: str, what: str = "run") -> Any:
+    """``client.get_run(run_id)``; a run that does not exist is a :class:`CompareError` that
+    names ``what``, the run and the server; any other failure stays an ``MlflowException``."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as exc:
+        if not is_not_found(exc):
+            raise
+        raise CompareError(f"{what} {run_id!r} was not found at {client.tracking_uri}") from exc
+
+
 def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
     """The metric prefixes ``P`` of a run: every ``P`` with a ``P/op_calls`` metric.
 
@@ -104,7 +112,7 @@ def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
 
 def _unless_missing(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
     """``call(*args, **kwargs)``, or None when MLflow says the thing does not exist; any
-    other failure is raised as an ``MlflowException`` (MLflow failed: not "no data").
+    other failure is raised as an ``MlflowException``.
 
     Example:
         >>> from mlflow.exceptions import MlflowException
@@ -130,13 +138,6 @@ def _unless_missing(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | No
         raise MlflowException(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _windows(client: Any, run_id: str, prefix: str) -> list[str]:
-    """The run's window folders under ``prefix``, oldest first."""
-    listed = _unless_missing(client.list_artifacts, run_id, prefix) or []
-    folders = [a.path for a in listed if a.is_dir]
-    return sorted(f for f in folders if f.rsplit("/", 1)[-1].startswith("step_"))
-
-
 def _read(client: Any, uri: str, tmp: str) -> str | None:
     """The text of the artifact at ``uri`` (fetched from the run's artifact store itself:
     ``client.download_artifacts`` reads every failure as "no such path")."""
@@ -159,19 +160,14 @@ def _window_samples(
     and (disturbed steps, steps) of its ``steps.jsonl``."""
     listed = _unless_missing(client.list_artifacts, run_id, window) or []
     files = {a.path.rsplit("/", 1)[-1] for a in listed}
+    text = _read(client, f"{root}/{window}/summary.json", tmp) if "summary.json" in files else None
     summary = None
-    if "summary.json" in files:
-        text = _read(client, f"{root}/{window}/summary.json", tmp)
-        if text is not None:
-            try:
-                summary = json.loads(text)["summary"]
-            except (ValueError, KeyError, TypeError):
-                summary = None
+    with contextlib.suppress(ValueError, KeyError, TypeError):  # none, or not a summary
+        summary = json.loads(text)["summary"]  # type: ignore[arg-type]
     series: dict[str, list[float]] = {}
     keys: dict[str, str] = {}
     counted = (0, 0)
-    steps_file = f"{root}/{window}/{STEPS_FILE}"
-    text = _read(client, steps_file, tmp) if STEPS_FILE in files else None
+    text = _read(client, f"{root}/{window}/{STEPS_FILE}", tmp) if STEPS_FILE in files else None
     if text:
         every, ops = read_step_samples(text)
         every.sort(key=lambda r: r["step"])
@@ -186,18 +182,15 @@ def _window_samples(
             by_op.setdefault(keys[row["op"]], {})[row["step"]] = row
         for key, rows in by_op.items():
             for field_name in OP_FIELDS:
-                values = [
-                    float(rows[h["step"]].get(field_name) or 0.0) if h["step"] in rows else 0.0
-                    for h in heads
-                ]
-                if any(rows[s].get(field_name) is not None for s in rows):
-                    series[op_series(key, field_name)] = values
+                if any(row.get(field_name) is not None for row in rows.values()):
+                    series[op_series(key, field_name)] = [
+                        float(rows.get(h["step"], {}).get(field_name) or 0.0) for h in heads
+                    ]
     elif summary is not None:  # a window logged before steps.jsonl: its mean, one value
         for metric in SAMPLED:
             if summary.get(metric) is not None:
                 series[metric] = [float(summary[metric])]
-        names = [op["name"] for op in summary.get("ops") or []]
-        keys = stable_op_names(names)
+        keys = stable_op_names(op["name"] for op in summary.get("ops") or [])
         for op in summary.get("ops") or []:
             for field_name in OP_FIELDS:
                 if op.get(field_name) is not None:
@@ -215,14 +208,10 @@ def _history_samples(
         if key not in metrics:
             continue
         history = _unless_missing(client.get_metric_history, run_id, key)
-        if history is None:
-            values = [metrics[key]]
-        else:
-            values = [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
-        samples[metric] = [[v] for v in values]
+        ordered = sorted(history or [], key=lambda m: (m.step, m.timestamp))
+        samples[metric] = [[metrics[key]]] if history is None else [[m.value] for m in ordered]
     for key, fields in _logged_ops(prefix, metrics).items():
-        for field_name, value in fields.items():
-            samples[op_series(key, field_name)] = [[value]]
+        samples.update({op_series(key, name): [[value]] for name, value in fields.items()})
     return samples
 
 
@@ -247,7 +236,10 @@ def _read_run(
     ops: dict[str, dict[str, float]] = {}
     disturbed = steps = 0
     run_id, root = run.info.run_id, run.info.artifact_uri
-    windows = _windows(client, run_id, prefix)
+    listed = _unless_missing(client.list_artifacts, run_id, prefix) or []
+    windows = sorted(
+        a.path for a in listed if a.is_dir and a.path.rsplit("/", 1)[-1].startswith("step_")
+    )
     with tempfile.TemporaryDirectory(prefix="neuron-mlflow-profile-") as tmp:
         latest: tuple[dict[str, str], dict[str, Any] | None] = ({}, None)
         for window in windows:
@@ -279,14 +271,7 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
         MlflowException: MLflow failed otherwise (e.g. the server could not be reached, or
             failed while the run's windows were read).
     """
-    from mlflow.exceptions import MlflowException
-
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as exc:
-        if not is_not_found(exc):
-            raise
-        raise CompareError(f"run {run_id!r} was not found at {client.tracking_uri}") from exc
+    run = existing_run(client, run_id)
     metrics = run.data.metrics
     prefixes = profile_prefixes(metrics)
     if not prefixes:

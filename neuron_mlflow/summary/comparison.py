@@ -36,6 +36,8 @@ from neuron_mlflow.summary.statistics import (
 
 HEADLINE = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls", "steps")
 """Headline metrics, in the order they are shown (``P/<name>``)."""
+OP_FIELDS = ("self_device_us", "self_cpu_us", "calls")
+"""The op fields compared (``P/op/<key>/<field>``)."""
 SAMPLED = ("device_time_us", "cpu_time_us", "wall_time_us", "op_calls")
 """Headline metrics with per-step samples (ratio, interval and verdict)."""
 METRIC_LABELS = {
@@ -79,15 +81,13 @@ def stable_op_names(names: Iterable[str]) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     graphs: dict[str, int] = {}
-    for name in names:
-        if name in out:
-            continue
+    for name in dict.fromkeys(names):
         match = _COMPILED.search(name)
         if match is None:
             out[name] = name
-            continue
-        order = graphs.setdefault(match.group(2), len(graphs))
-        out[name] = name[: match.start(2)] + f"#{order}" + name[match.end(2) :]
+        else:
+            order = graphs.setdefault(match.group(2), len(graphs))
+            out[name] = name[: match.start(2)] + f"#{order}" + name[match.end(2) :]
     return out
 
 
@@ -136,8 +136,7 @@ class RunProfile:
         if self.samples is not None:
             return [run[series] for run in self.samples if run.get(series)]
         if series.startswith("op:"):
-            _, rest = series.split(":", 1)
-            key, field_name = rest.rsplit(":", 1)
+            key, field_name = series.removeprefix("op:").rsplit(":", 1)
             value = self.ops.get(key, {}).get(field_name)
         else:
             value = self.headline.get(series)
@@ -170,26 +169,21 @@ def group_profiles(profiles: Sequence[RunProfile], name: str | None = None) -> R
         ops[key] = {f: sum(r.get(f, 0.0) for r in having) / len(having) for f in fields}
     samples: list[RunSamples] = []
     for p in profiles:
-        if p.samples is not None:
-            samples.extend(p.samples)
+        if p.samples is None:  # its values: one window of one step each
+            ops_run = {op_series(k, f): [[v]] for k, row in p.ops.items() for f, v in row.items()}
+            samples.append({m: [[v]] for m, v in p.headline.items()} | ops_run)
         else:
-            run: RunSamples = {m: [[v]] for m, v in p.headline.items()}
-            for key, row in p.ops.items():
-                run.update({op_series(key, f): [[v]] for f, v in row.items()})
-            samples.append(run)
+            samples.extend(p.samples)
     tags = {k: v for k, v in profiles[0].tags.items() if all(p.tags.get(k) for p in profiles)}
     for k in tags:  # averaged, so a group's load reads like a run's
-        values = [float(p.tags[k]) for p in profiles if _is_number(p.tags[k])]
+        values = [v for p in profiles if (v := _number(p.tags[k])) is not None]
         if values:
             tags[k] = f"{sum(values) / len(values):.2f}"
-    return RunProfile(
-        run_id=profiles[0].run_id,
+    return replace(
+        profiles[0],
         name=label,
-        prefix=profiles[0].prefix,
         headline=headline,
         ops=ops,
-        backend=profiles[0].backend,
-        prefixes=profiles[0].prefixes,
         samples=samples,
         tags=tags,
         run_ids=[i for p in profiles for i in (p.run_ids or [p.run_id])],
@@ -198,12 +192,11 @@ def group_profiles(profiles: Sequence[RunProfile], name: str | None = None) -> R
     )
 
 
-def _is_number(text: str) -> bool:
+def _number(text: str | None) -> float | None:
     try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        return float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass
@@ -237,7 +230,7 @@ class Comparison:
         """The comparison as text: ``table`` (a terminal's), ``markdown``, ``json``, or
         ``seed`` (the result and the seed's side-by-side table with the verdicts)."""
         renders = {
-            "table": render_table,
+            "table": lambda c: _render(c, _aligned_block, []),
             "markdown": render_markdown,
             "json": render_json,
             "seed": render_seed_table,
@@ -325,18 +318,18 @@ def compare_profiles(
     skipped = sorted({m for r in runs for m in r.headline} - set(shared), key=HEADLINE.index)
     if skipped:
         notes.append(f"compared only on metrics all runs share; left out: {', '.join(skipped)}")
-    backends = {r.backend for r in runs}
-    if len(backends) > 1:
-        notes.append(f"runs use different backends ({', '.join(sorted(map(str, backends)))})")
-    prefixes = {r.prefix for r in runs}
-    if len(prefixes) > 1:
-        notes.append(f"runs use different prefixes ({', '.join(sorted(prefixes))})")
-    time_metric = "device_time_us" if "device_time_us" in shared else "cpu_time_us"
-    if time_metric not in shared:
-        time_metric = "wall_time_us"
-    values = {r.run_id: {m: _shown(r, m, r.headline[m]) for m in shared} for r in runs}
+    for what, found in (
+        ("backends", {str(r.backend) for r in runs}),
+        ("prefixes", {r.prefix for r in runs}),
+    ):
+        if len(found) > 1:
+            notes.append(f"runs use different {what} ({', '.join(sorted(found))})")
+    time_metric = next(
+        (m for m in ("device_time_us", "cpu_time_us") if m in shared), "wall_time_us"
+    )
     shown = {  # None: every step disturbed, nothing to show
-        run: {m: v for m, v in found.items() if v is not None} for run, found in values.items()
+        r.run_id: {m: v for m in shared if (v := _shown(r, m, r.headline[m])) is not None}
+        for r in runs
     }
     change = {
         r.run_id: {
@@ -360,19 +353,15 @@ def compare_profiles(
         series = op_series(name, op_field)
         base_value = _shown(base, series, base.ops.get(name, {}).get(op_field))
         row: dict[str, Any] = {"op": name, "field": op_field, "values": {}, "status": {}}
-        row["delta"], row["delta_pct"] = {}, {}
+        row |= {"delta": {}, "delta_pct": {}, "estimate": {}}
         for r in runs:
             value = _shown(r, series, r.ops.get(name, {}).get(op_field))
             row["values"][r.run_id] = value
             if r.run_id == base.run_id:
                 continue
             here, there = _has_op(r, name, op_field), _has_op(base, name, op_field)
-            if there and not here:
-                row["status"][r.run_id] = "gone"
-            elif here and not there:
-                row["status"][r.run_id] = "new"
-            elif here:
-                row["status"][r.run_id] = ""
+            if here or there:
+                row["status"][r.run_id] = "" if here and there else "new" if here else "gone"
             if value is not None and base_value is not None:
                 row["delta"][r.run_id] = value - base_value
                 row["delta_pct"][r.run_id] = _pct(value, base_value)
@@ -386,7 +375,6 @@ def compare_profiles(
     both = sum(1 for row in rows for st in row["status"].values() if st == "")
     op_confidence = 1 - (1 - CONFIDENCE) / max(both, 1)
     for row in rows:
-        row["estimate"] = {}
         series = op_series(row["op"], op_field)
         for r in runs:
             if row["status"].get(r.run_id) == "":
@@ -458,33 +446,26 @@ def decide(c: Comparison) -> Outcome:
     """
     metric = c.time_metric
     shown = {r.run_id: c.values.get(r.run_id, {}).get(metric) for r in c.runs}
-    timed = [r for r in c.runs if shown[r.run_id] is not None]
-    if len(timed) < len(c.runs):  # a run with every step disturbed may be the fastest
-        unseen = next(r for r in c.runs if shown[r.run_id] is None)
-        return Outcome(None, None, None, None, _disturbed_result(unseen), c.statistic)
-    if len(timed) < 2:
+    unseen = [r for r in c.runs if shown[r.run_id] is None]
+    if unseen:  # a run with every step disturbed may be the fastest
+        return Outcome(None, None, None, None, _disturbed_result(unseen[0]), c.statistic)
+    if len(c.runs) < 2:
         return Outcome(None, None, None, None, "no winner: nothing to compare", c.statistic)
-    ranked = sorted(timed, key=lambda r: shown[r.run_id] or 0.0)
-    fastest, runner = ranked[0], ranked[1]
+    fastest, runner = sorted(c.runs, key=lambda r: shown[r.run_id] or 0.0)[:2]
     # against the baseline, the verdicts every other surface shows; else the pair itself
-    wanted = IMPROVEMENT
-    e = None
+    wanted, e = IMPROVEMENT, None
     if runner.run_id == c.baseline:
         e = c.estimates.get(fastest.run_id, {}).get(metric)
     elif fastest.run_id == c.baseline:
-        e = c.estimates.get(runner.run_id, {}).get(metric)
-        wanted = REGRESSION
+        wanted, e = REGRESSION, c.estimates.get(runner.run_id, {}).get(metric)
     if e is None:
-        wanted = IMPROVEMENT
-        e = _estimate(runner, fastest, metric, c.margin_pct)
+        wanted, e = IMPROVEMENT, _estimate(runner, fastest, metric, c.margin_pct)
     speedup = (shown[runner.run_id] or 0.0) / max(shown[fastest.run_id] or 0.0, 1e-12)
-    pair = f"{e.interval_text()} {e.verdict} ({e.reason})"
-    pair = (
-        f"{runner.name} vs {fastest.name}: {pair}"
-        if wanted == REGRESSION
-        else f"{fastest.name} vs {runner.name}: {pair}"
+    first, second = (runner, fastest) if wanted == REGRESSION else (fastest, runner)
+    detail = (
+        f"{c.statistic}; {first.name} vs {second.name}: "
+        f"{e.interval_text()} {e.verdict} ({e.reason})"
     )
-    detail = f"{c.statistic}; {pair}"
     if e.verdict == wanted:
         result = f"{fastest.name} fastest: {speedup:.2f}x vs {runner.name}"
         return Outcome(fastest.name, runner.name, speedup, e, result, detail)
@@ -516,15 +497,12 @@ def load_notes(runs: Sequence[RunProfile]) -> list[str]:
         ['runs ran under different host load (1-min load average per CPU: a 0.05, b 1.95;
           CPU steal: a 0.0%, b 12.0%): timings may differ for that reason alone']
     """
-
-    def number(r: RunProfile, key: str) -> float | None:
-        text = r.tags.get(key)
-        return float(text) if text is not None and _is_number(text) else None
-
     per_cpu: dict[str, float] = {}
     steal: dict[str, float] = {}
     for r in runs:
-        load, cpus, stolen = (number(r, k) for k in ("load_avg_1m", "cpu_count", "cpu_steal_pct"))
+        load, cpus, stolen = (
+            _number(r.tags.get(k)) for k in ("load_avg_1m", "cpu_count", "cpu_steal_pct")
+        )
         if load is not None and cpus:
             per_cpu[r.name] = load / cpus
         if stolen is not None:
@@ -655,7 +633,6 @@ def _signed_pct(value: float | None) -> str:
 
 
 def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
-    base = c.baseline
     head = ["metric", *[f"{r.name} ({r.run_id[:8]})" for r in c.runs]]
     body = []
     for metric in c.headline_metrics:
@@ -681,10 +658,8 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
                 cells.append(f"{_fmt(value)} [{status}]")
             elif value is None and r.every_step_disturbed:
                 cells.append(f"- [{UNTIMED}]")
-            elif r.run_id == base:
+            elif r.run_id not in op_row["delta"]:  # the baseline, or in neither
                 cells.append(_fmt(value))
-            elif r.run_id not in op_row["delta"]:
-                cells.append(_fmt(value))  # in neither this run nor the baseline
             else:
                 cells.append(
                     f"{_fmt(value)} ({op_row['delta'][r.run_id]:+.1f}, "
@@ -733,20 +708,9 @@ def _stat_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     body = []
     for row in stat_rows(c):
         e = row["estimate"]
-        if e is None:
-            body.append([row["what"], row["run"].name, "-", "-", "-", row["verdict"], "-"])
-            continue
-        body.append(
-            [
-                row["what"],
-                row["run"].name,
-                _fmt(e.baseline),
-                _fmt(e.candidate),
-                e.interval_text(),
-                row["verdict"],
-                f"{e.steps[0]}/{e.steps[1]}",
-            ]
-        )
+        cells = ["-"] * 3 if e is None else [_fmt(e.baseline), _fmt(e.candidate), e.interval_text()]
+        steps = "-" if e is None else f"{e.steps[0]}/{e.steps[1]}"
+        body.append([row["what"], row["run"].name, *cells, row["verdict"], steps])
     return head, body
 
 
@@ -805,9 +769,15 @@ def render_markdown(c: Comparison, result: bool = True) -> str:
     return _render(c, _markdown_block, [""], result)
 
 
-def render_table(c: Comparison) -> str:
-    """The comparison as aligned plain-text tables for a terminal (:func:`_render`)."""
-    return _render(c, _aligned_block, [])
+_JSON_RUN_FIELDS = (
+    "run_id",
+    "name",
+    "prefix",
+    "backend",
+    "headline",
+    "steps_disturbed",
+    "steps_read",
+)
 
 
 def render_json(c: Comparison) -> str:
@@ -817,35 +787,25 @@ def render_json(c: Comparison) -> str:
         "time_metric": c.time_metric,
         "statistic": c.statistic,
         "values": c.values,
-        "outcome": None if c.outcome is None else asdict(c.outcome),
+        "outcome": c.outcome,
         "runs": [
-            {
-                "run_id": r.run_id,
-                "name": r.name,
-                "prefix": r.prefix,
-                "backend": r.backend,
-                "headline": r.headline,
-                "run_ids": r.run_ids or [r.run_id],
-                "host_load": r.tags,
-                "steps_disturbed": r.steps_disturbed,
-                "steps_read": r.steps_read,
-            }
+            {k: getattr(r, k) for k in _JSON_RUN_FIELDS}
+            | {"run_ids": r.run_ids or [r.run_id], "host_load": r.tags}
             for r in c.runs
         ],
         "headline_change_pct": c.headline_change_pct,
-        "ops": [
-            {**row, "estimate": {k: e.to_dict() for k, e in row.get("estimate", {}).items()}}
-            for row in c.op_rows
-        ],
-        "estimates": {
-            run: {m: e.to_dict() for m, e in found.items()} for run, found in c.estimates.items()
-        },
+        "ops": c.op_rows,
+        "estimates": c.estimates,
         "margin_pct": c.margin_pct,
         "confidence": CONFIDENCE,
         "op_confidence": c.op_confidence,
         "notes": c.notes,
     }
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    return json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
+
+
+def _json_default(value: Any) -> Any:
+    return asdict(value) if isinstance(value, Estimate | Outcome) else str(value)
 
 
 def profile_from_summary(
@@ -860,19 +820,12 @@ def profile_from_summary(
         >>> profile_from_summary("r1", "naive", s).headline["op_calls"]
         1.0
     """
-    headline = {
-        "cpu_time_us": summary.cpu_time_us,
-        "wall_time_us": summary.wall_time_us,
-        "op_calls": summary.op_calls,
-        "steps": float(summary.steps),
+    headline = {m: v for m in HEADLINE if (v := getattr(summary, m)) is not None}
+    headline["steps"] = float(summary.steps)
+    ops = {
+        op.name: {f: v for f in OP_FIELDS if (v := getattr(op, f)) is not None}
+        for op in summary.ops
     }
-    if summary.device_time_us is not None:
-        headline["device_time_us"] = summary.device_time_us
-    ops = {}
-    for op in summary.ops:
-        ops[op.name] = {"self_cpu_us": op.self_cpu_us, "calls": op.calls}
-        if op.self_device_us is not None:
-            ops[op.name]["self_device_us"] = op.self_device_us
     return RunProfile(run_id, name, prefix, headline, ops, backend)
 
 

@@ -1,20 +1,11 @@
 """``comparison.html``: the side by side of profiled runs as a picture, self-contained.
 
 Written by ``neuron-mlflow compare --html PATH`` (and ``--log-to RUN``) and by the RMSNorm
-recipe on its parent run. From one :class:`~neuron_mlflow.summary.comparison.Comparison`:
-
-- per-run totals (device time, self CPU time, op calls, wall time per step) as bars;
-- per-operator grouped bars (self device time, else self CPU time, per step) across the
-  runs, the baseline in blue, a faster run in green, a slower one in red, with the change;
-  the wheel over this chart zooms its value axis, so small operators can be read too;
-- the regression verdict of ``--fail-above`` when given (the gate: an interval wholly above
-  ``1 + PCT/100`` fails it; one that reaches above it is ``insufficient data``);
-- "How sure": per candidate, headline metric and op, the ratio candidate / baseline, its
-  interval and verdict as a table, and a forest plot of the intervals (headline metrics, then
-  the top ops; log scale, the margin's band shaded), so what changed for sure stands out.
-
-Same page rules as ``report.html`` (:mod:`neuron_mlflow.summary.report`): no network, no
-storage, everything inline, for MLflow's sandboxed artifact viewer.
+recipe on its parent run, from one :class:`~neuron_mlflow.summary.comparison.Comparison`: the
+result, the ``--fail-above`` verdict, "How sure" (the intervals as a table and a forest plot,
+the margin's band shaded), per-run totals and per-operator bars (``docs/report.md``). Same
+page rules as ``report.html`` (:mod:`neuron_mlflow.summary.report`): no network, no storage,
+everything inline, for MLflow's sandboxed artifact viewer.
 
 Example:
     >>> from neuron_mlflow.summary.comparison import RunProfile, compare_profiles
@@ -31,6 +22,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping
+from itertools import groupby, islice
 
 from neuron_mlflow.summary.comparison import (
     METRIC_LABELS,
@@ -96,22 +88,14 @@ def _totals(c: Comparison) -> str:
     out = ['<div class="cmp" id="nm-totals">']
     for metric in (m for m in c.headline_metrics if m in LABELS):
         values = [c.values[r.run_id].get(metric) for r in c.runs]
+        scale = max((v for v in values if v is not None), default=0.0) or 1.0
         out.append(f'<div class="group" data-metric="{metric}">{LABELS[metric]}</div>')
         for r, value in zip(c.runs, values, strict=True):
             base = r.run_id == c.baseline
             pct = None if base else c.headline_change_pct[r.run_id].get(metric)
             change = "" if pct is None else f"{pct:+.1f}%"
-            out.append(
-                _bar(
-                    LABELS[metric],
-                    r.name,
-                    value,
-                    max((v for v in values if v is not None), default=0.0) or 1.0,
-                    _value(metric, value, r),
-                    change,
-                    _kind(pct, base),
-                )
-            )
+            text, kind = _value(metric, value, r), _kind(pct, base)
+            out.append(_bar(LABELS[metric], r.name, value, scale, text, change, kind))
     return "".join(out) + "</div>"
 
 
@@ -137,23 +121,13 @@ def _ops(c: Comparison) -> tuple[str, float]:
             value = row["values"].get(r.run_id)
             status = row["status"].get(r.run_id, "")
             pct = row["delta_pct"].get(r.run_id)
-            change = f"[{status}]" if status else ("" if pct is None else f"{pct:+.1f}%")
-            kind = (
-                _kind(pct, r.run_id == c.baseline)
-                if not status
-                else ("bad" if status == "new" else "good")
-            )
-            out.append(
-                _bar(
-                    op,
-                    r.name,
-                    value,
-                    group,
-                    _value(field, value, None if status else r),
-                    change,
-                    kind,
-                )
-            )
+            if status:
+                change, kind = f"[{status}]", "bad" if status == "new" else "good"
+            else:
+                change = "" if pct is None else f"{pct:+.1f}%"
+                kind = _kind(pct, r.run_id == c.baseline)
+            text = _value(field, value, None if status else r)
+            out.append(_bar(op, r.name, value, group, text, change, kind))
     return "".join(out) + "</div>", top
 
 
@@ -171,11 +145,8 @@ def _forest(c: Comparison) -> str:
     """An inline SVG forest plot: one row per interval, log-scale ratio axis."""
     rows = [r for r in stat_rows(c) if r["estimate"] is not None and r["estimate"].low]
     heads = [r for r in rows if not r["what"].startswith("op ")]
-    ops = [r for r in rows if r["what"].startswith("op ")]
-    kept_ops = []
-    for run in {id(r["run"]): r["run"] for r in ops}.values():
-        kept_ops.extend([r for r in ops if r["run"] is run][:FOREST_OPS])
-    rows = heads + kept_ops
+    ops = groupby((r for r in rows if r["what"].startswith("op ")), key=lambda r: id(r["run"]))
+    rows = heads + [r for _, run_ops in ops for r in islice(run_ops, FOREST_OPS)]
     if not rows:
         return '<p class="muted" id="nm-forest">No intervals: too few samples on a side.</p>'
     m = c.margin_pct / 100

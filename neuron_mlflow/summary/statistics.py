@@ -1,30 +1,11 @@
 """How sure a comparison is: the ratio candidate / baseline with a confidence interval, and a
 verdict (pure Python, seeded, no numpy).
 
-The data of one side (baseline or candidate) is nested: runs, each a list of windows, each a
-list of per-step values (one metric: a headline time, or one op's self time, per step).
-
-**The statistic.** A run counts by the 10th percentile (:data:`QUANTILE`) of its steps, all
-its windows pooled (the first step of each window left out when it is an outlier:
-:func:`kept_steps`); a side by the mean of its runs. A low quantile, because contention on a
-shared host only ever adds time: measured here (2 vCPUs shared with other work), the steps of
-one window sit in a fast or a 25 % slower regime for seconds at a time, and a run's median
-moves with the share of slow windows while its low quantile stays put (see
-``docs/comparing.md``). Pooling the windows means one fast window is enough for a run to
-show its speed. The ratio is candidate / baseline of those side values.
-
-**The interval** is a percentile bootstrap: each replicate draws the runs of each side with
-replacement (so run-to-run noise counts whenever a side has several runs), and for each drawn
-run a replicate of its value: its steps drawn with replacement inside each window (windows
-are strata; windows of one value, as old runs have, are pooled into one stratum and drawn
-from). With one run per side, run-to-run noise cannot show: give each side several runs
-(``--baseline R1 R2 R3``) to make it count.
-
-**Assumptions.** Runs are exchangeable (the same code under the same conditions); steps
-inside a window are exchangeable (a drift inside a window widens nothing); the time a step
-takes without contention is what matters (a change that only shows under contention is not
-seen). Percentile intervals from few runs are too narrow rather than too wide; the margin
-(below) is what protects the verdict then.
+One side (baseline or candidate) is nested: runs, each a list of windows, each a list of
+per-step values of one metric. A run counts by the 10th percentile (:data:`QUANTILE`) of its
+kept steps, all windows pooled (:func:`kept_steps`); a side by the mean of its runs. The
+interval is a percentile bootstrap over runs, then steps inside each window. Why a low
+quantile, the bootstrap and its assumptions: ``docs/comparing.md`` ("The method").
 
 **The verdict**, with a margin ``m`` (``--fail-above`` PCT, else :data:`DEFAULT_MARGIN_PCT`):
 
@@ -55,15 +36,10 @@ import math
 import random
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
-REGRESSION, IMPROVEMENT, NO_CHANGE, INSUFFICIENT = (
-    "regression",
-    "improvement",
-    "no change",
-    "insufficient data",
-)
+REGRESSION, IMPROVEMENT = "regression", "improvement"
+NO_CHANGE, INSUFFICIENT = "no change", "insufficient data"
 DEFAULT_MARGIN_PCT = 5.0
 """The margin of the verdicts when no ``--fail-above`` is given (percent)."""
 CONFIDENCE = 0.95
@@ -150,12 +126,9 @@ def disturbed(wall_us: float, cpu_wait_us: float | None, switches: int | None) -
 
 
 def first_step_outlier(values: Sequence[float]) -> bool:
-    """True when the first step of a window is an outlier against the window's other steps.
-
-    The rule: the first step lies outside Tukey's fences of the *other* steps, below
-    ``Q1 - 1.5 IQR`` or above ``Q3 + 1.5 IQR`` (the IQR floored at 1 % of their median, so
-    steps quantised to one value do not make every difference an outlier). It needs at least
-    4 other steps; with fewer, the first step is kept.
+    """True when the first step of a window lies outside Tukey's fences of its other steps
+    (:data:`OUTLIER_FENCE`; the IQR floored at 1 % of their median, so steps quantised to one
+    value do not make every difference an outlier); with fewer than 4 other steps, False.
 
     Example:
         >>> first_step_outlier([900.0, 100, 102, 98, 101, 99])
@@ -211,10 +184,6 @@ class Estimate:
     confidence: float
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data."""
-        return asdict(self)
-
     def interval_text(self) -> str:
         """``1.30x [1.25, 1.36]``, or ``-`` without a ratio.
 
@@ -231,53 +200,35 @@ class Estimate:
 
 def _clean(side: Side) -> list[list[list[float]]]:
     """Runs -> windows -> kept steps, without empty windows and runs."""
-    runs = []
-    for run in side:
-        windows = [kept_steps([float(v) for v in w]) for w in run if len(w)]
-        if windows:
-            runs.append(windows)
-    return runs
-
-
-def _strata(run: list[list[float]]) -> list[list[float]]:
-    """A run's resampling strata: each window with several steps; windows of one value (old
-    runs: a window's mean) pooled into one stratum."""
-    singles = [w[0] for w in run if len(w) == 1]
-    return [w for w in run if len(w) > 1] + ([singles] if singles else [])
-
-
-def run_value(run: list[list[float]]) -> float:
-    """One run's value: the :data:`QUANTILE` quantile of its kept steps, all windows pooled.
-
-    Example:
-        >>> run_value([[500.0] * 20, [400.0] * 20, [402.0] * 20])  # one slow window
-        400.0
-    """
-    return quantile([v for w in run for v in w], QUANTILE)
+    runs = [[kept_steps([float(v) for v in w]) for w in run if len(w)] for run in side]
+    return [run for run in runs if run]
 
 
 def side_value(side: Side) -> float | None:
-    """A side's value, as the verdicts see it: the mean over its runs of :func:`run_value`
-    (first steps that are outliers left out); ``None`` without samples.
+    """A side's value, as the verdicts see it: the mean over its runs of the :data:`QUANTILE`
+    quantile of the run's kept steps, all windows pooled; ``None`` without samples.
 
     Example:
         >>> side_value([[[100.0, 101, 99, 100, 102]], [[110.0, 111, 109, 110, 112]]])
         104.4
+        >>> side_value([[[500.0] * 20, [400.0] * 20, [402.0] * 20]])  # one slow window
+        400.0
     """
     runs = _clean(side)
     return _mean_value(runs) if runs else None
 
 
 def _mean_value(runs: list[list[list[float]]]) -> float:
-    return sum(run_value(run) for run in runs) / len(runs)
+    return sum(quantile([v for w in run for v in w], QUANTILE) for run in runs) / len(runs)
 
 
 def _pools(runs: list[list[list[float]]], rng: random.Random) -> list[list[float]]:
-    """Per run: :data:`STEP_POOL` bootstrap replicates of its value (steps drawn with
-    replacement inside each stratum: :func:`_strata`)."""
+    """Per run: :data:`STEP_POOL` bootstrap replicates of its value, steps drawn with
+    replacement inside each window; windows of one value (old runs) pooled into one stratum."""
     out = []
     for run in runs:
-        strata = _strata(run)
+        singles = [w[0] for w in run if len(w) == 1]
+        strata = [w for w in run if len(w) > 1] + ([singles] if singles else [])
         pool = []
         for _ in range(STEP_POOL):
             drawn = [v for stratum in strata for v in rng.choices(stratum, k=len(stratum))]
@@ -290,10 +241,6 @@ def _replicate(pools: list[list[float]], rng: random.Random) -> float:
     """One bootstrap replicate of a side: its runs drawn with replacement, each a replicate."""
     choice = rng.choice
     return sum(choice(choice(pools)) for _ in pools) / len(pools)
-
-
-def _seed(name: str) -> int:
-    return SEED ^ zlib.crc32(name.encode("utf-8"))
 
 
 def compare_samples(
@@ -321,33 +268,34 @@ def compare_samples(
         >>> compare_samples(same, same).verdict
         'no change'
     """
-    sides = [_clean(baseline), _clean(candidate)]
-    steps = tuple(sum(len(w) for run in s for w in run) for s in sides)
-    windows = tuple(sum(len(run) for run in s) for s in sides)
-    runs = (len(baseline), len(candidate))  # a run without kept steps counts here too
+    base, cand = _clean(baseline), _clean(candidate)
+    steps = (sum(len(w) for run in base for w in run), sum(len(w) for run in cand for w in run))
+    windows = (sum(map(len, base)), sum(map(len, cand)))
+    base_value = _mean_value(base) if base else None
+    cand_value = _mean_value(cand) if cand else None
 
     def estimate(
         verdict: str,
         reason: str,
         ratio: float | None = None,
-        interval: tuple[float | None, float | None] = (None, None),
+        low: float | None = None,
+        high: float | None = None,
     ) -> Estimate:
+        runs = (len(baseline), len(candidate))  # a run without kept steps counts here too
         return Estimate(
             verdict,
             ratio,
-            interval[0],
-            interval[1],
-            values[0],
-            values[1],
-            (steps[0], steps[1]),
-            (windows[0], windows[1]),
-            (runs[0], runs[1]),
+            low,
+            high,
+            base_value,
+            cand_value,
+            steps,
+            windows,
+            runs,
             confidence,
             reason,
         )
 
-    base_value, cand_value = (_mean_value(s) if s else None for s in sides)
-    values = (base_value, cand_value)  # a side without samples: None
     if base_value is None or cand_value is None:
         missing = "baseline" if base_value is None else "candidate"
         return estimate(INSUFFICIENT, f"no samples on the {missing} side")
@@ -355,8 +303,8 @@ def compare_samples(
         return estimate(INSUFFICIENT, "the baseline is 0: no ratio")
     ratio = cand_value / base_value
     tail = (1.0 - confidence) / 2
-    rng = random.Random(_seed(name))
-    pools = [_pools(s, rng) for s in sides]
+    rng = random.Random(SEED ^ zlib.crc32(name.encode("utf-8")))
+    pools = [_pools(base, rng), _pools(cand, rng)]
     n = max(resamples, math.ceil(10 / tail)) if tail > 0 else resamples
     ratios = []
     for _ in range(n):
@@ -390,7 +338,7 @@ def compare_samples(
             f"the interval [{low:.3f}, {high:.3f}] crosses an edge of {band} "
             f"(+-{margin_pct:g}%): too close to call"
         )
-    return estimate(verdict, reason, ratio, (low, high))
+    return estimate(verdict, reason, ratio, low, high)
 
 
 def steps_needed(cv_pct: float, margin_pct: float, confidence: float = CONFIDENCE) -> int:

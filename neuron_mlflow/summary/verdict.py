@@ -1,26 +1,11 @@
 """The verdict of a window and of its top operators: compute-, memory- or overhead-bound.
 
-The rule (pure, over numbers the window already has; percentages are 0-100):
-
-==================  =========================================================================
-verdict             when
-==================  =========================================================================
-``overhead-bound``  the device was busy less than 50 % of its span (``P/device_busy_pct``):
-                    it sat idle between dispatches, waiting for the host
-``compute-bound``   else, the compute share is at least the memory share. Compute share: the
-                    largest of MFU and the TensorEngine/VectorEngine/ScalarEngine/GpSimd
-                    active-time shares; memory share: the larger of MBU (HBM bandwidth used)
-                    and the DMA active-time share
-``memory-bound``    else, the memory share is above the compute share
-(none)              only one share is known and it is below 50 %, or neither is known
-==================  =========================================================================
-
-With only one share known, a share of 50 % or more gives its verdict. Per operator, from its
-per-step numbers: ``overhead-bound`` when its self CPU time per call is at least its device
-time per call (dispatching costs more than the work); else ``compute-bound`` when it has a
-FLOP count (matrix multiplies and convolutions, ``with_flops``), whose arithmetic intensity
-is high; else ``memory-bound`` (element-wise ops and reductions move about one byte per FLOP,
-far below any Trainium ridge point).
+Pure, over numbers the window already has (percentages 0-100): ``overhead-bound`` when the
+device was busy less than :data:`BUSY_THRESHOLD_PCT` of its span; else ``compute-bound`` when
+the compute share (the largest of MFU and the engines' active-time shares) is at least the
+memory share (the larger of MBU and the DMA active-time share), ``memory-bound`` when below
+it; with only one share known, :data:`ALONE_THRESHOLD_PCT` or more gives its verdict. Per
+operator: :func:`op_verdict`. The rule as a table: ``docs/neuron.md``.
 
 Example:
     >>> window_verdict(VerdictInputs(device_busy_pct=92.0, compute_pct=12.0, memory_pct=61.0))
@@ -88,7 +73,10 @@ def window_verdict(inputs: VerdictInputs) -> tuple[str | None, str]:
 
 
 def op_verdict(op: OpStats, flops: float | None = None) -> str | None:
-    """One operator's verdict from its per-step numbers; ``None`` without device time.
+    """One operator's verdict from its per-step numbers: ``overhead-bound`` when its self CPU
+    time per call is at least its device time per call (dispatching costs more than the work);
+    else ``compute-bound`` with a FLOP count (matrix multiplies, convolutions: ``with_flops``),
+    else ``memory-bound`` (element-wise ops and reductions); ``None`` without device time.
 
     Example:
         >>> from neuron_mlflow.summary.ops import OpStats
@@ -101,9 +89,7 @@ def op_verdict(op: OpStats, flops: float | None = None) -> str | None:
         return None
     if op.self_cpu_us >= op.self_device_us:
         return "overhead-bound"
-    if flops:
-        return "compute-bound"
-    return "memory-bound"
+    return "compute-bound" if flops else "memory-bound"
 
 
 def verdict_document(
@@ -124,17 +110,10 @@ def verdict_document(
     """
     verdict, reason = window_verdict(inputs)
     flops = flops_by_op or {}
-    ops = {}
-    for op in summary.top(top):
-        found = op_verdict(op, flops.get(op.name))
-        if found is not None:
-            ops[op.name] = found
-    return {
-        "window": verdict,
-        "reason": reason,
-        "inputs": asdict(inputs),
-        "ops": ops,
+    ops = {
+        op.name: found for op in summary.top(top) if (found := op_verdict(op, flops.get(op.name)))
     }
+    return {"window": verdict, "reason": reason, "inputs": asdict(inputs), "ops": ops}
 
 
 def verdict_lines(extra: dict[str, Any]) -> list[str]:
