@@ -628,10 +628,6 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
-def _signed_pct(value: float | None) -> str:
-    return "" if value is None else f"{value:+.1f}%"
-
-
 def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
     head = ["metric", *[f"{r.name} ({r.run_id[:8]})" for r in c.runs]]
     body = []
@@ -644,7 +640,7 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
             if value is None and r.every_step_disturbed:
                 cell += f" [{UNTIMED}]"
             elif pct is not None:
-                cell += f" ({_signed_pct(pct)})"
+                cell += f" ({pct:+.1f}%)"
             row.append(cell)
         body.append(row)
     op_head = ["op", *[r.name for r in c.runs]]
@@ -663,13 +659,14 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
             else:
                 cells.append(
                     f"{_fmt(value)} ({op_row['delta'][r.run_id]:+.1f}, "
-                    f"{_signed_pct(op_row['delta_pct'][r.run_id])})"
+                    f"{op_row['delta_pct'][r.run_id]:+.1f}%)"
                 )
         op_body.append(cells)
     return head, body, op_head, op_body
 
 
 ONLY_BASELINE, ONLY_CANDIDATE = "only in the baseline", "only in the candidate"
+_ONLY = {"new": ONLY_CANDIDATE, "gone": ONLY_BASELINE}
 
 
 def stat_rows(c: Comparison) -> list[dict[str, Any]]:
@@ -691,15 +688,11 @@ def stat_rows(c: Comparison) -> list[dict[str, Any]]:
         for metric, e in c.estimates.get(r.run_id, {}).items():
             rows.append({"what": metric, "run": r, "estimate": e, "verdict": e.verdict})
         for op_row in c.op_rows:
-            status = op_row["status"].get(r.run_id)
-            e = op_row.get("estimate", {}).get(r.run_id)
-            if e is not None:
-                verdict = e.verdict
-            elif status in ("new", "gone"):
-                verdict = ONLY_CANDIDATE if status == "new" else ONLY_BASELINE
-            else:
-                continue
-            rows.append({"what": f"op {op_row['op']}", "run": r, "estimate": e, "verdict": verdict})
+            e = op_row["estimate"].get(r.run_id)
+            verdict = e.verdict if e is not None else _ONLY.get(op_row["status"].get(r.run_id))
+            if verdict is not None:
+                what = f"op {op_row['op']}"
+                rows.append({"what": what, "run": r, "estimate": e, "verdict": verdict})
     return rows
 
 
@@ -839,8 +832,9 @@ def render_seed_table(c: Comparison) -> str:
         | naive | n/a | 125.0 | 6 | - | baseline | - |
     """
     label = METRIC_LABELS.get(c.time_metric, c.time_metric)
-    lines = [f"Result: {c.outcome.result} ({c.statistic})" if c.outcome else "Result: -", ""]
-    lines += [
+    lines = [
+        f"Result: {c.outcome.result} ({c.statistic})" if c.outcome else "Result: -",
+        "",
         f"Per variant, the {STATISTIC} (us per step; {label} decides):",
         "",
         "| variant | device time (us) | self CPU (us) | op calls | wall time (us) "

@@ -167,10 +167,10 @@ def _forest(c: Comparison) -> str:
         f'<line x1="{x(1):.1f}" x2="{x(1):.1f}" y1="{top - 6}" y2="{height - 4}" '
         'stroke="#57606a"/>',
     ]
-    for v in (lo / 0.9, 1 / (1 + m), 1.0, 1 + m, hi / 1.1):
-        out.append(
-            f'<text x="{x(v):.1f}" y="12" font-size="10" text-anchor="middle">{v:.2f}x</text>'
-        )
+    out += [
+        f'<text x="{x(v):.1f}" y="12" font-size="10" text-anchor="middle">{v:.2f}x</text>'
+        for v in (lo / 0.9, 1 / (1 + m), 1.0, 1 + m, hi / 1.1)
+    ]
     for i, r in enumerate(rows):
         e = r["estimate"]
         y = top + row_h * i + row_h / 2
