@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,11 +65,9 @@ def _ranks(results: list[tuple[Path, TraceResult]]) -> dict[int, tuple[Path, Tra
             by_rank[result.rank] = (path, result)
         else:
             pending.append((path, result))
-    next_rank = 0
+    free = (rank for rank in itertools.count() if rank not in by_rank)
     for item in pending:
-        while next_rank in by_rank:
-            next_rank += 1
-        by_rank[next_rank] = item
+        by_rank[next(free)] = item
     return dict(sorted(by_rank.items()))
 
 
@@ -103,14 +102,9 @@ def spool_traces(
         target = staged / ARTIFACTS / trace_folder(rank)
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target / path.name)
+    counted = ("device_events", "unattributed_device_events", "device_busy_pct", "kernels")
     sources: dict[str, Any] = {
-        str(rank): {
-            "file": str(path),
-            "device_events": result.device_events,
-            "unattributed_device_events": result.unattributed_device_events,
-            "device_busy_pct": result.device_busy_pct,
-            "kernels": result.kernels,
-        }
+        str(rank): {"file": str(path), **{name: getattr(result, name) for name in counted}}
         for rank, (path, result) in ranks.items()
     }
     last = summary.steps - 1

@@ -1,20 +1,9 @@
 """One pipeline for every window: summarise -> write files -> upload -> clean up.
 
 :func:`finish_window` takes a window in place (its record, :class:`~neuron_mlflow.sinks.
-spool.WindowRecord`) and nothing else, so the same trace gives the same numbers wherever it
-runs: in the worker process for every live window, in ``neuron-mlflow sync`` for a window
-whose worker never got to it. Each step is skipped when the record says it is done, and each
-outcome is written into the record (``summarised``/``failed``, ``uploaded``/``error``):
-
-- :func:`summarise_window`: the window's trace read with the trace engine
-  (``backend.refine_device_time``), the backend's device analysis, its metrics into the
-  record (the summary is built once: one :class:`~neuron_mlflow.summary.ops.OpSummary`);
-- :func:`write_files`: ``summary.md``, ``ops.csv``, ``summary.json``, ``steps.jsonl``,
-  ``report.html``, ``config.json`` next to its traces (also ``ingest``'s);
-- the upload, through :class:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink`, which also
-  chooses the run (:meth:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink.run_for`);
-- the clean-up: an uploaded window's traces leave the spool (unless ``keep_local``) and the
-  spool is held to ``local_max_bytes``.
+spool.WindowRecord`) and nothing else, so the same trace gives the same numbers in the worker
+process (every live window) and in ``neuron-mlflow sync`` (a window no worker finished). Each
+step is skipped when the record says it is done, and its outcome is written into the record.
 
 Example:
     >>> import tempfile
@@ -31,10 +20,13 @@ Example:
 
 from __future__ import annotations
 
+import json
 import socket
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from neuron_mlflow.capture.backends import BACKENDS
 from neuron_mlflow.capture.profile_reader import CapturedStats
@@ -45,11 +37,14 @@ from neuron_mlflow.naming import (
     DEVICE_TIME_SOURCE_TAG,
     TAG_PREFIX,
     busy_metric,
+    op_keys,
     rank_metrics,
     window_metrics,
 )
-from neuron_mlflow.sinks.spool import WindowRecord, write_summary_files
+from neuron_mlflow.sinks.spool import WindowRecord
+from neuron_mlflow.sinks.window_record import WindowFacts
 from neuron_mlflow.summary.ops import OpSummary, build_summary
+from neuron_mlflow.summary.tables import render_csv, render_markdown
 from neuron_mlflow.trace.window_report import write_window_report
 
 if TYPE_CHECKING:
@@ -121,16 +116,13 @@ def finish_window(
 
 def clean_up(record: WindowRecord) -> None:
     """After MLflow confirmed the window: its trace files leave the spool (unless
-    ``keep_local``), and the spool is held to ``local_max_bytes``; the record stays. A
-    record without a config (an ingested window, a first-release one) has the defaults:
-    its traces leave, no cap. Call it while holding the window's claim."""
+    ``keep_local``; without a config, as an ingested window: they leave), and the spool is
+    held to ``local_max_bytes``. Call it while holding the window's claim."""
     from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload
 
     config = record.window.config
-    if record.status == "done":
-        keep_local = config.keep_local if config is not None else False
-        cap = config.local_max_bytes if config is not None else None
-        cleanup_after_upload(record.path, keep_local, cap)
+    keep_local, cap = (config.keep_local, config.local_max_bytes) if config else (False, None)
+    cleanup_after_upload(record.path, keep_local, cap)
 
 
 def summarise_window(record: WindowRecord) -> OpSummary:
@@ -220,23 +212,29 @@ def write_files(
 ) -> None:
     """A summarised window's files next to its traces: ``summary.md``, ``ops.csv``,
     ``summary.json`` (``document``'s entries, the window's prefix and steps, the summary),
-    ``op_keys.json``, ``config.json``, ``steps.jsonl`` (its ``_p50``/``_iqr`` metrics join
-    ``summary.extra``) and ``report.html`` (a failure of either never fails the window,
-    unless ``strict`` for the report)."""
-    window = record.window
-    facts = window.facts
-    first, last = (facts.first, facts.last) if facts is not None else (0, 0)
-    steps = {"index": 0, "first": first, "last": last, "partial": False}
-    if facts is not None:
-        steps.update(index=facts.index, partial=facts.partial)
-    prefix = str(window.prefix)
-    full = {"prefix": prefix, "window": steps, **document}
-    write_summary_files(
-        record.artifacts_dir, summary, title or f"{prefix}: steps {first}-{last}", full
-    )
+    ``op_keys.json``, ``config.json`` (``document["config"]``, when given), ``steps.jsonl``
+    (its ``_p50``/``_iqr`` metrics join ``summary.extra``) and ``report.html`` (a failure of
+    either never fails the window, unless ``strict`` for the report)."""
     from neuron_mlflow.trace.step_samples import write_step_samples
 
-    samples = (record.artifacts_dir, record.artifacts_dir / "traces", top_k)
-    summary.extra.update(guarded(False, write_step_samples, *samples) or {})
-    report = (record.artifacts_dir, summary, record.manifest, window.run_id)
-    guarded(strict, write_window_report, *report)
+    window, artifacts = record.window, record.artifacts_dir
+    facts = window.facts or WindowFacts(index=0, first=0, last=0)
+    prefix = str(window.prefix)
+    title = title or f"{prefix}: steps {facts.first}-{facts.last}"
+    full = {"prefix": prefix, "window": msgspec.to_builtins(facts), **document}
+    keys = op_keys(op.name for op in summary.ops)
+    files = {
+        "summary.md": render_markdown(summary, title=title),
+        "summary.json": json.dumps({**full, "summary": summary.to_dict()}, indent=2, default=str),
+        "ops.csv": render_csv(summary, keys),
+        "op_keys.json": json.dumps(
+            {key: name for name, key in keys.items()}, indent=2, sort_keys=True
+        ),
+    }
+    if document.get("config") is not None:
+        files["config.json"] = json.dumps(document["config"], indent=2, sort_keys=True, default=str)
+    for name, text in files.items():
+        (artifacts / name).write_text(text, encoding="utf-8")
+    samples = guarded(False, write_step_samples, artifacts, artifacts / "traces", top_k)
+    summary.extra.update(samples or {})
+    guarded(strict, write_window_report, artifacts, summary, record.manifest, window.run_id)

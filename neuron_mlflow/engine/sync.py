@@ -1,12 +1,8 @@
 """``sync``: finish the spool's windows that no worker process finished.
 
-A live window's record is queued for the worker process when the window ends; the worker
-puts it in place and finishes it. When the worker does not get to it (a crash before the
-worker started, a worker out of time), :func:`sync_pending` puts it in place the same way
-(:func:`place_queued`, with :meth:`~neuron_mlflow.sinks.spool.Spool.place`), then finishes
-every pending window with the worker's pipeline
-(:func:`~neuron_mlflow.engine.pipeline.finish_window`: summary, files, upload, clean-up):
-the same trace gives the same metrics either way.
+When the worker does not get to a queued window (a crash before it started, a worker out of
+time), :func:`sync_pending` puts it in place the same way and finishes every pending window
+with the worker's pipeline: the same trace gives the same metrics either way.
 
 Example:
     >>> import tempfile
@@ -16,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import socket
@@ -33,7 +28,7 @@ from neuron_mlflow.engine.worker import (
 )
 from neuron_mlflow.sinks.claims import QUEUE, worker_running
 from neuron_mlflow.sinks.pending import SyncReport, upload_pending
-from neuron_mlflow.sinks.spool import CAPTURE, Spool, WindowRecord
+from neuron_mlflow.sinks.spool import CAPTURE, Spool, WindowRecord, rmdir_if_empty
 from neuron_mlflow.sinks.window_record import Window
 
 __all__ = ["drop_finished_jobs", "place_queued", "remove_abandoned_captures", "sync_pending"]
@@ -50,28 +45,24 @@ def place_queued(local_dir: str | Path) -> SyncReport:
         []
     """
     root = Path(local_dir)
-    spool = Spool(root)
-    report = SyncReport()
-    queue = root / QUEUE
-    jobs = sorted(queue.glob("*.json")) if queue.is_dir() else []
+    spool, report = Spool(root), SyncReport()
+    jobs = _jobs(root)
     running = bool(jobs) and worker_running(root)
-    for path in jobs:
-        try:
-            window = read_job(root, path)
-        except (OSError, ValueError) as exc:
+    for path, window in jobs:
+        if isinstance(window, Exception):
             if path.exists():
-                report.failed.append((str(path), f"{type(exc).__name__}: {exc}"))
-            continue
-        if not spool.staged_dir(window).is_dir():
+                report.failed.append((str(path), f"{type(window).__name__}: {window}"))
+        elif not spool.staged_dir(window).is_dir():
             continue  # in place already
-        if running:
+        elif running:
             report.busy.append(str(queued_place(root, window)))
-            continue
-        try:
-            spool.place(window)
-        except OSError as exc:
-            reason = f"{type(exc).__name__}: {exc}; its capture stays at {spool.staged_dir(window)}"
-            report.failed.append((str(queued_place(root, window)), reason))
+        else:
+            try:
+                spool.place(window)
+            except OSError as exc:
+                where = spool.staged_dir(window)
+                reason = f"{type(exc).__name__}: {exc}; its capture stays at {where}"
+                report.failed.append((str(queued_place(root, window)), reason))
     return report
 
 
@@ -114,14 +105,15 @@ def sync_pending(
     return report
 
 
-def _jobs(root: Path) -> list[tuple[Path, Window]]:
-    """The queue's readable jobs, oldest first (an unreadable one is the worker's, or
-    :func:`place_queued`'s, to report)."""
+def _jobs(root: Path) -> list[tuple[Path, Window | Exception]]:
+    """The queue's jobs, oldest first: each one's record, or why it cannot be read."""
     queue = root / QUEUE
-    found = []
+    found: list[tuple[Path, Window | Exception]] = []
     for path in sorted(queue.glob("*.json")) if queue.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError):
+        try:
             found.append((path, read_job(root, path)))
+        except (OSError, ValueError) as exc:
+            found.append((path, exc))
     return found
 
 
@@ -142,8 +134,8 @@ def drop_finished_jobs(local_dir: str | Path) -> list[Path]:
         return []
     spool, dropped = Spool(root), []
     for path, window in jobs:
-        if spool.staged_dir(window).is_dir():
-            continue  # not in place
+        if isinstance(window, Exception) or spool.staged_dir(window).is_dir():
+            continue  # unreadable, or not in place
         try:
             done = WindowRecord.load(queued_place(root, window)).status == "done"
         except (OSError, ValueError):
@@ -162,14 +154,13 @@ def _process_gone(session: str) -> bool:
     """True when the process that made the session folder ``session`` ran on this host and
     has ended (False when unsure: another host, a name of another form, no permission)."""
     match = _SESSION.fullmatch(session)
-    if match is None or match["host"] != socket.gethostname():
-        return False
-    try:
-        os.kill(int(match["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
+    if match is not None and match["host"] == socket.gethostname():
+        try:
+            os.kill(int(match["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            pass
     return False
 
 
@@ -191,7 +182,7 @@ def remove_abandoned_captures(local_dir: str | Path) -> list[Path]:
     candidates = sorted(root.glob(f"*/{CAPTURE}/*/"))
     if not candidates or held_locks(root / CAPTURING):
         return []
-    queued = {window.session for _, window in _jobs(root)}
+    queued = {window.session for _, window in _jobs(root) if isinstance(window, Window)}
     removed = []
     for staging in candidates:
         session = staging.parent.parent
@@ -199,21 +190,10 @@ def remove_abandoned_captures(local_dir: str | Path) -> list[Path]:
             continue
         if any(not p.is_dir() for p in staging.rglob("*")):
             continue  # a file: not ours to judge
-        for folder in sorted((p for p in staging.rglob("*")), reverse=True):
-            _rmdir(folder)
-        if _rmdir(staging):
+        for folder in sorted(staging.rglob("*"), reverse=True):
+            rmdir_if_empty(folder)
+        if rmdir_if_empty(staging):
             removed.append(staging)
-        _rmdir(staging.parent)
-        for folder in sorted((p for p in session.rglob("*") if p.is_dir()), reverse=True):
-            _rmdir(folder)  # the window's empty P/ folder, made when it opened
-        _rmdir(session)
+        for folder in sorted([session, *session.rglob("*")], reverse=True):
+            rmdir_if_empty(folder)  # .capture/, the window's empty P/ folder made when it opened
     return removed
-
-
-def _rmdir(folder: Path) -> bool:
-    """Remove ``folder`` if it is an empty folder; True when removed."""
-    try:
-        folder.rmdir()
-    except OSError:
-        return False
-    return True

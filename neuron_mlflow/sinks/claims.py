@@ -23,12 +23,24 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 LOCK = ".lock"
 """The lock file in a window's folder (never uploaded: it is outside ``artifacts/``)."""
+QUEUE = ".queue"
+"""The worker's queue under the spool root: one job file per window a training process
+handed to its worker process (the window's record, :class:`~neuron_mlflow.sinks.
+window_record.Window`: in place at ``<session>/<artifact_path>`` under the root; a job of
+schema 2 names that folder as ``window``)."""
+WORKER_LOCK = ".worker.lock"
+"""Held by the spool's worker process while it runs."""
+
+_held: set[int] = set()
+"""This process's claim descriptors: a forked child (a DataLoader worker) closes its copies,
+so that it never keeps a window claimed after the parent released it."""
 
 
 @dataclass
@@ -69,35 +81,43 @@ def claim(folder: Path) -> Claim | None:
 def claim_file(path: Path) -> Claim | None:
     """An exclusive ``flock`` on the file ``path`` (created), without waiting; ``None`` when
     another process holds it."""
+    fd = _lock(path, create=True)
+    if fd is None:
+        return None
+    if fd < 0:  # nothing to lock with: no claims
+        return Claim(None)
+    _held.add(fd)
+    return Claim(fd)
+
+
+def _lock(path: Path, create: bool) -> int | None:
+    """An exclusive ``flock`` on the file ``path``, without waiting: the descriptor, ``-1``
+    (no ``fcntl``, a filesystem without ``flock``, or, unless ``create``, no file), or
+    ``None`` when another process holds it."""
     try:
         import fcntl
-    except ImportError:  # no flock here: nothing to coordinate with
-        return Claim(None)
+    except ImportError:
+        return -1
     for _ in range(3):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except FileNotFoundError:
+            if create:
+                raise
+            return -1
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None  # held elsewhere
-            return Claim(None)  # a filesystem without flock (ENOSYS, ENOLCK...): no claims
+                return None
+            return -1  # ENOSYS, ENOLCK...
         if os.fstat(fd).st_nlink:
-            _held.add(fd)
-            return Claim(fd)
+            return fd
         # removed between our open and our lock (a worker cleaning up after a dead client
         # found it free): a lock on it would be seen by nobody
         os.close(fd)
-    return None
-
-
-QUEUE = ".queue"
-"""The worker's queue under the spool root: one job file per window a training process
-handed to its worker process (the window's record, :class:`~neuron_mlflow.sinks.
-window_record.Window`: in place at ``<session>/<artifact_path>`` under the root; a job of
-schema 2 names that folder as ``window``)."""
-WORKER_LOCK = ".worker.lock"
-"""Held by the spool's worker process while it runs."""
+    return None if create else -1
 
 
 def worker_running(root: Path) -> bool:
@@ -108,18 +128,7 @@ def worker_running(root: Path) -> bool:
         >>> worker_running(Path(tempfile.mkdtemp()))
         False
     """
-    return is_held(root / WORKER_LOCK)
-
-
-def is_held(path: Path) -> bool:
-    """True while another process holds the lock file ``path`` (a missing file: nobody).
-
-    Example:
-        >>> import tempfile
-        >>> is_held(Path(tempfile.mkdtemp()) / "x.lock")
-        False
-    """
-    fd = _lock_existing(path)
+    fd = _lock(root / WORKER_LOCK, create=False)  # a probe never leaves a file behind
     if fd is None:
         return True
     if fd >= 0:
@@ -142,13 +151,11 @@ def remove_if_free(path: Path) -> bool:
         >>> held.release(); remove_if_free(path), path.exists()
         (True, False)
     """
-    fd = _lock_existing(path)
+    fd = _lock(path, create=False)
     if fd is None:
         return False
     try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+        path.unlink(missing_ok=True)
     except OSError:
         return False
     finally:
@@ -157,38 +164,9 @@ def remove_if_free(path: Path) -> bool:
     return True
 
 
-def _lock_existing(path: Path) -> int | None:
-    """An exclusive ``flock`` on the file ``path`` as it is, without creating it: the
-    descriptor (``-1``: no file, or nothing to lock with), or ``None`` when another process
-    holds it. (A probe never leaves a file behind: one that a process removes while this
-    probe opens it is looked up again.)"""
-    try:
-        import fcntl
-    except ImportError:
-        return -1
-    for _ in range(3):
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            return -1
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None
-            return -1
-        if os.fstat(fd).st_nlink:
-            return fd
-        os.close(fd)  # removed meanwhile: look again
-    return -1
-
-
 def queued_for_worker(root: Path) -> set[Path]:
     """The window folders queued for a running worker process (it finishes them: ``sync``
     leaves them alone); empty when no worker runs (then ``sync`` takes them)."""
-    import json
-
     queue = root / QUEUE
     if not queue.is_dir() or not worker_running(root):
         return set()
@@ -201,11 +179,6 @@ def queued_for_worker(root: Path) -> set[Path]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return found
-
-
-_held: set[int] = set()
-"""This process's claim descriptors: a forked child (a DataLoader worker) closes its copies,
-so that it never keeps a window claimed after the parent released it."""
 
 
 def _close_in_child() -> None:

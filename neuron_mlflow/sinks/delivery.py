@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_mlflow.naming import CONFIG_CHANGED_TAG
 from neuron_mlflow.sinks.spool import WindowRecord
-from neuron_mlflow.sinks.window_record import Window
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -55,90 +54,67 @@ def metric_chunks(metrics: dict[str, float], size: int = METRICS_PER_CALL) -> li
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def window_prefix(window: Window) -> str:
-    """The metric prefix ``P`` of a window (``P/step_<first>-<last>``)."""
-    if window.prefix:
-        return window.prefix
-    return window.artifact_path.rsplit("/", 1)[0]
-
-
-def _landed(client: MlflowClient, run_id: str, chunk: list[Any], step: int, ts: int) -> bool:
-    key, value = chunk[-1]
-    history = client.get_metric_history(run_id, key)
-    return any(m.step == step and m.timestamp == ts and m.value == value for m in history)
-
-
-def send_metrics(client: MlflowClient, record: WindowRecord, run_id: str) -> int:
-    """Send the chunks not yet confirmed; mark each in the manifest. Returns requests made."""
+def send_metrics(client: MlflowClient, record: WindowRecord, run_id: str) -> None:
+    """Send the chunks not yet confirmed; mark each in the manifest."""
     from mlflow.entities import Metric
 
-    if record.is_uploaded("metrics"):
-        return 0
-    progress = record.window.progress
-    step = record.window.metric_step
-    ts = record.window.captured_ms
-    requests = 0
-    for index, chunk in enumerate(metric_chunks(record.window.metrics)):
+    window = record.window
+    if window.uploaded.metrics:
+        return
+    progress, step, ts = window.progress, window.metric_step, window.captured_ms
+    for index, chunk in enumerate(metric_chunks(window.metrics)):
         if index in progress.metric_chunks:
             continue
-        if progress.sending == index:
-            requests += 1
-            if _landed(client, run_id, chunk, step, ts):
-                progress.metric_chunks.append(index)
-                progress.sending = None
-                record.save()
-                continue
-        progress.sending = index
-        record.save()
-        client.log_batch(
-            run_id, metrics=[Metric(k, v, ts, step) for k, v in chunk], synchronous=True
-        )
-        requests += 1
+        landed = False
+        if progress.sending == index:  # cut short: look its last metric up first
+            key, value = chunk[-1]
+            history = client.get_metric_history(run_id, key)
+            landed = any(m.step == step and m.timestamp == ts and m.value == value for m in history)
+        if not landed:
+            progress.sending = index
+            record.save()
+            metrics = [Metric(k, v, ts, step) for k, v in chunk]
+            client.log_batch(run_id, metrics=metrics, synchronous=True)
         progress.metric_chunks.append(index)
         progress.sending = None
         record.save()
     record.mark_uploaded("metrics")
-    return requests
 
 
 def send_params_and_tags(
     client: MlflowClient, record: WindowRecord, run_id: str, run: RunState
-) -> int:
+) -> None:
     """Params once per prefix and run (``run``: what the run holds already); then the tags.
 
     A window whose config differs from the run's params tags the run
     ``neuron_mlflow.config_changed/<prefix>`` (once: the first window that differed).
-    ``run`` is updated with what was logged. Returns the requests made.
+    ``run`` is updated with what was logged.
     """
     from mlflow.entities import Param, RunTag
 
-    requests = 0
-    if not record.is_uploaded("params"):
-        params = {k: str(v) for k, v in record.window.params.items()}
+    window = record.window
+    if not window.uploaded.params:
+        params = {k: str(v) for k, v in window.params.items()}
         if any(run.params.get(k, v) != v for k, v in params.items()):
-            tag = f"{CONFIG_CHANGED_TAG}/{window_prefix(record.window)}"
+            prefix = window.prefix or window.artifact_path.rsplit("/", 1)[0]
+            tag = f"{CONFIG_CHANGED_TAG}/{prefix}"
             if tag not in run.tags:
-                record.window.tags[tag] = record.artifact_path
+                window.tags[tag] = record.artifact_path
         else:  # the first window of the prefix (or the rest of a batch cut short)
             batch = [Param(k, v) for k, v in sorted(params.items()) if k not in run.params]
             for start in range(0, len(batch), PARAMS_PER_CALL):
-                client.log_batch(
-                    run_id, params=batch[start : start + PARAMS_PER_CALL], synchronous=True
-                )
-                requests += 1
+                params_part = batch[start : start + PARAMS_PER_CALL]
+                client.log_batch(run_id, params=params_part, synchronous=True)
             run.params.update(params)
         record.mark_uploaded("params")  # saves the config_changed tag with it
-    if not record.is_uploaded("tags"):
-        tags = {k: str(v) for k, v in record.window.tags.items()}
+    if not window.uploaded.tags:
+        tags = {k: str(v) for k, v in window.tags.items()}
         batch_tags = [RunTag(k, v) for k, v in sorted(tags.items())]
         for start in range(0, len(batch_tags), TAGS_PER_CALL):
-            client.log_batch(
-                run_id, tags=batch_tags[start : start + TAGS_PER_CALL], synchronous=True
-            )
-            requests += 1
+            tags_part = batch_tags[start : start + TAGS_PER_CALL]
+            client.log_batch(run_id, tags=tags_part, synchronous=True)
         run.tags.update(tags)
         record.mark_uploaded("tags")
-    return requests
 
 
 def artifact_files(record: WindowRecord) -> Iterator[Path]:
@@ -146,34 +122,23 @@ def artifact_files(record: WindowRecord) -> Iterator[Path]:
 
     Without ``upload_traces``, ``traces/`` is left out; ``traces_only`` sends only it.
     """
-    root = record.artifacts_dir
-    if not root.is_dir():
-        return
-    traces_only = record.window.traces_only
-    with_traces = record.window.upload_traces
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    root, window = record.artifacts_dir, record.window
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):  # none: no folder
         rel = path.relative_to(root)
         in_traces = rel.parts[0] == "traces"
-        if (traces_only and not in_traces) or (in_traces and not with_traces):
-            continue
-        yield rel
+        if (in_traces or not window.traces_only) and (window.upload_traces or not in_traces):
+            yield rel
 
 
-def send_artifacts(client: MlflowClient, record: WindowRecord, run_id: str) -> int:
-    """Upload the files not yet confirmed, one ``log_artifact`` each. Returns requests made."""
-    if record.is_uploaded("artifacts"):
-        return 0
-    progress = record.window.progress
-    done = set(progress.artifact_files)
-    requests = 0
+def send_artifacts(client: MlflowClient, record: WindowRecord, run_id: str) -> None:
+    """Upload the files not yet confirmed, one ``log_artifact`` each."""
+    if record.window.uploaded.artifacts:
+        return
+    done = record.window.progress.artifact_files
     for rel in artifact_files(record):
-        name = rel.as_posix()
-        if name in done:
-            continue
-        folder = "/".join([record.artifact_path, *rel.parts[:-1]])
-        client.log_artifact(run_id, str(record.artifacts_dir / rel), folder)
-        requests += 1
-        progress.artifact_files.append(name)
-        record.save()
+        if rel.as_posix() not in done:
+            folder = "/".join([record.artifact_path, *rel.parts[:-1]])
+            client.log_artifact(run_id, str(record.artifacts_dir / rel), folder)
+            done.append(rel.as_posix())
+            record.save()
     record.mark_uploaded("artifacts")
-    return requests

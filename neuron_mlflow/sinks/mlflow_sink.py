@@ -6,11 +6,8 @@ job's run (every rank's windows of one job, by the job's id), else a run made fo
 (its original run, else its session), found again by a later ``sync``.
 
 Everything goes through :class:`mlflow.MlflowClient`, exactly once per value
-(:mod:`neuron_mlflow.sinks.delivery`): metrics in ``log_batch`` calls of at most 1000, then
-params (once per prefix and run) and tags in calls of at most 100, then each artifact file.
-Each chunk and file is marked in the window's manifest as soon as the server confirmed it, so a
-retry (``neuron-mlflow sync``) never logs a value twice. Calls run with MLflow's HTTP timeout and
-retries bounded (:func:`~neuron_mlflow.sinks.reachability.bounded_http`).
+(:mod:`neuron_mlflow.sinks.delivery`), with MLflow's HTTP timeout and retries bounded
+(:func:`~neuron_mlflow.sinks.reachability.bounded_http`).
 
 Example:
     >>> import tempfile, mlflow
@@ -82,9 +79,6 @@ class MlflowSink:
 
     Args:
         tracking_uri: the tracking URI; ``None`` means what MLflow resolves now.
-
-    Attributes:
-        requests: MLflow requests made by :meth:`upload` so far (for the benchmarks).
     """
 
     def __init__(self, tracking_uri: str | None = None) -> None:
@@ -92,16 +86,15 @@ class MlflowSink:
 
         self.tracking_uri = tracking_uri or current_tracking_uri()
         self.client: MlflowClient = MlflowClient(tracking_uri=self.tracking_uri)
-        self.requests = 0
         self._runs: dict[str, delivery.RunState] = {}
-        self._chosen: dict[str, str] = {}
-        """The run chosen per group (:func:`group_key`) by this sink."""
+        self._chosen: dict[str, str] = {}  # the run chosen per group (:func:`group_key`)
 
     def run_for(self, records: list[WindowRecord], verify: bool = False) -> str:
         """The run a group of windows (one :func:`group_key`) goes into, chosen once per
         group by this sink: the run the training thread knew (with ``verify``, only if it
         still exists on the server, as ``sync`` asks), else the job's run (created once,
-        found again by its tag :data:`JOB_TAG`).
+        found again by its tag :data:`JOB_TAG`: every rank's windows of one offline job, and
+        a sync started again after a crash, find the same run).
 
         A group without a job id gets one derived from its key, written into every record
         before the run is created, so a later ``sync`` (after a crash, or for windows a
@@ -120,11 +113,17 @@ class MlflowSink:
             job_id = f"sync-{uuid.uuid5(uuid.NAMESPACE_URL, key).hex}"
             for record in records:
                 record.update(job_id=job_id)
-        owners = [r for r in records if not r.window.traces_only] or records
-        run_id = self.job_run(
-            str(job_id), first.experiment_name, first.run_name, tags=dict(owners[0].window.tags),
-            experiment_id=first.experiment_id,
-        )  # fmt: skip
+        experiment_id = self.experiment_id(first.experiment_name, first.experiment_id)
+        with reachability.bounded_http():
+            found = self.client.search_runs(
+                [experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{job_id}'", max_results=1
+            )
+        if found:
+            run_id = str(found[0].info.run_id)
+        else:
+            owner = next((r for r in records if not r.window.traces_only), records[0])
+            tags = {**owner.window.tags, JOB_TAG: job_id}
+            run_id = self.create_run(None, first.run_name, tags, experiment_id)
         for record in records:
             if record.window.run_id not in (None, run_id):
                 record.update(original_run_id=record.window.run_id)
@@ -142,8 +141,9 @@ class MlflowSink:
         """
         reachability.check_reachable(self.tracking_uri, timeout_s)
 
-    def experiment_id(self, experiment_name: str | None) -> str:
-        """The id of ``experiment_name`` (created if missing), else MLflow's current default.
+    def experiment_id(self, experiment_name: str | None, experiment_id: str | None = None) -> str:
+        """The id of ``experiment_name`` (created if missing), else ``experiment_id``, else
+        MLflow's current default.
 
         The default follows ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID`` and
         ``mlflow.set_experiment``; without them it is experiment ``0``.
@@ -154,6 +154,8 @@ class MlflowSink:
                 if experiment is not None:
                     return experiment.experiment_id
                 return self.client.create_experiment(experiment_name)
+        if experiment_id:
+            return experiment_id
         from mlflow.tracking.fluent import _get_experiment_id
 
         return _get_experiment_id() or "0"
@@ -169,42 +171,13 @@ class MlflowSink:
         """Create a run in ``experiment_name``, else ``experiment_id`` (the one the training
         process set), else MLflow's default: finished at once (later windows may still log
         into it), unless ``running`` (its creator ends it)."""
-        experiment_id = (
-            experiment_id
-            if experiment_id and not experiment_name
-            else self.experiment_id(experiment_name)
-        )
+        experiment_id = self.experiment_id(experiment_name, experiment_id)
         with reachability.bounded_http():
             run = self.client.create_run(experiment_id, run_name=run_name, tags=tags or {})
             if not running:
                 self.client.set_terminated(run.info.run_id)
         self._runs[run.info.run_id] = delivery.RunState(tags=dict(tags or {}))
         return str(run.info.run_id)
-
-    def job_run(
-        self,
-        job_id: str,
-        experiment_name: str | None = None,
-        run_name: str | None = None,
-        tags: dict[str, str] | None = None,
-        experiment_id: str | None = None,
-    ) -> str:
-        """The run created for ``job_id`` (tag :data:`JOB_TAG`), created now if there is none.
-
-        Every rank's windows of one offline job, and a sync started again after a crash, find
-        the same run.
-        """
-        if not (experiment_id and not experiment_name):
-            experiment_id = self.experiment_id(experiment_name)
-        with reachability.bounded_http():
-            found = self.client.search_runs(
-                [experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{job_id}'", max_results=1
-            )
-        if found:
-            return str(found[0].info.run_id)
-        return self.create_run(
-            experiment_name, run_name, {**(tags or {}), JOB_TAG: job_id}, experiment_id
-        )
 
     def run_exists(self, run_id: str) -> bool:
         """True when ``run_id`` exists on this server and is not deleted."""
@@ -217,14 +190,6 @@ class MlflowSink:
             return False
         return run.info.lifecycle_stage != "deleted"
 
-    def _run_state(self, run_id: str) -> delivery.RunState:
-        state = self._runs.get(run_id)
-        if state is None:
-            data = self.client.get_run(run_id).data
-            self.requests += 1
-            state = self._runs[run_id] = delivery.RunState(dict(data.params), dict(data.tags))
-        return state
-
     def upload(self, record: WindowRecord, run_id: str) -> None:
         """Log one window into ``run_id`` exactly once: metrics, params and tags, artifacts.
 
@@ -235,14 +200,17 @@ class MlflowSink:
             mlflow.exceptions.MlflowException: MLflow refused a call (the record stays pending).
             Exception: the server could not be reached (the record stays pending).
         """
-        if record.window.run_id != run_id:
+        window = record.window
+        if window.run_id != run_id:
             record.update(run_id=run_id)
-        if record.window.traces_only:  # its own rank metrics only; rank 0 logs the rest
-            record.window.uploaded.tags = record.window.uploaded.params = True
+        if window.traces_only:  # its own rank metrics only; rank 0 logs the rest
+            window.uploaded.tags = window.uploaded.params = True
         with reachability.bounded_http():
-            self.requests += delivery.send_metrics(self.client, record, run_id)
-            if not (record.is_uploaded("params") and record.is_uploaded("tags")):
-                run = self._run_state(run_id)
-                self.requests += delivery.send_params_and_tags(self.client, record, run_id, run)
-            self.requests += delivery.send_artifacts(self.client, record, run_id)
+            delivery.send_metrics(self.client, record, run_id)
+            if not (window.uploaded.params and window.uploaded.tags):
+                if run_id not in self._runs:  # what the run holds already: read once
+                    data = self.client.get_run(run_id).data
+                    self._runs[run_id] = delivery.RunState(dict(data.params), dict(data.tags))
+                delivery.send_params_and_tags(self.client, record, run_id, self._runs[run_id])
+            delivery.send_artifacts(self.client, record, run_id)
         record.uploaded()

@@ -1,11 +1,9 @@
 """Uploading what the spool holds: the upload half of ``neuron-mlflow sync``.
 
 :func:`upload_pending` groups the pending windows by job (else original run, else session),
-has the sink choose each group's run (:meth:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink.
-run_for`) and hands every window to the engine's pipeline (``finish``: summarise when never
-summarised, write the files, upload exactly once, clean up). It claims each window first
-(:mod:`neuron_mlflow.sinks.claims`): a window that a running job (or another ``sync``) still
-holds is left to it and reported in ``busy``, so two processes never send the same window.
+has the sink choose each group's run and hands every window to the engine's pipeline. It
+claims each window first: one that a running job (or another ``sync``) still holds is left to
+it and reported in ``busy``, so two processes never send the same window.
 
 Example:
     >>> import tempfile
@@ -68,10 +66,8 @@ def upload_pending(
     pending: it is never uploaded without its metrics.
 
     Each window goes into its original run when that run exists on the tracking server, else
-    into the run of its job (every rank of an offline job shares one job id, decided by rank
-    0), created once and found again by its tag
-    :data:`~neuron_mlflow.naming.JOB_TAG`. Windows already done are never
-    uploaded again; a window cut short by a crash is resumed chunk by chunk.
+    into the run of its job (:meth:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink.run_for`).
+    Windows already done are never uploaded again; one cut short is resumed chunk by chunk.
 
     Args:
         local_dir: the spool folder (``ProfilerConfig.local_dir``).
@@ -142,14 +138,14 @@ def _upload_group(
     try:
         run_id = sink.run_for(records, verify=True)
     except Exception as exc:
-        for record in records:
-            report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
+        report.failed.extend((str(r.path), f"{type(exc).__name__}: {exc}") for r in records)
         return
     for record in records:
         try:
             finish(record, sink, run_id)
             report.uploaded.append((str(record.path), run_id))
         except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
             if record.window.error is None:
-                record.update(error=f"{type(exc).__name__}: {exc}")
-            report.failed.append((str(record.path), f"{type(exc).__name__}: {exc}"))
+                record.update(error=reason)
+            report.failed.append((str(record.path), reason))

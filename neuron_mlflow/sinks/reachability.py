@@ -37,14 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-HEALTH_TIMEOUT_S = 3.0
-"""Timeout of one reachability check (seconds)."""
-OK_TTL_S = 30.0
-"""How long a successful check is trusted (seconds)."""
-FIRST_BACKOFF_S = 5.0
-"""How long the first failed check is trusted before the next try (seconds); doubles."""
-MAX_BACKOFF_S = 300.0
-"""The longest back-off between two checks of an unreachable server (seconds)."""
+HEALTH_TIMEOUT_S = 3.0  # timeout of one check (seconds)
+OK_TTL_S = 30.0  # how long a successful check is trusted (seconds)
+FIRST_BACKOFF_S = 5.0  # how long a first failed check is trusted (seconds); doubles
+MAX_BACKOFF_S = 300.0  # the longest back-off between two checks (seconds)
 
 HTTP_BOUNDS = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": 15,
@@ -66,21 +62,19 @@ _lock = threading.Lock()
 
 
 def _check_http(uri: str, timeout_s: float) -> None:
-    url = uri.rstrip("/") + "/health"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            if response.status != 200:
-                raise ConnectionError(f"GET /health answered HTTP {response.status}")
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+            status = response.status
     except urllib.error.HTTPError as exc:
-        raise ConnectionError(f"GET /health answered HTTP {exc.code}") from exc
+        status = exc.code
     except urllib.error.URLError as exc:
-        reason = exc.reason
-        text = getattr(reason, "strerror", None) or str(reason)
-        raise ConnectionError(text) from exc
+        raise ConnectionError(getattr(exc.reason, "strerror", None) or str(exc.reason)) from exc
     except TimeoutError as exc:
         raise ConnectionError(f"no answer to GET /health within {timeout_s:g} s") from exc
     except OSError as exc:
         raise ConnectionError(exc.strerror or str(exc)) from exc
+    if status != 200:
+        raise ConnectionError(f"GET /health answered HTTP {status}")
 
 
 def _check_sqlite(uri: str, timeout_s: float) -> None:
@@ -185,7 +179,7 @@ _env_lock = threading.RLock()
 
 
 @contextmanager
-def bounded_http(bounds: dict[str, int] | None = None) -> Iterator[None]:
+def bounded_http() -> Iterator[None]:
     """Cap MLflow's HTTP timeout and retries (:data:`HTTP_BOUNDS`) while the block runs.
 
     MLflow reads these settings from the environment at each call, so they are set in
@@ -198,16 +192,14 @@ def bounded_http(bounds: dict[str, int] | None = None) -> Iterator[None]:
         ...     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
         '2'
     """
-    limits = HTTP_BOUNDS if bounds is None else bounds
     with _env_lock:
-        saved = {name: os.environ.get(name) for name in limits}
-        for name, limit in limits.items():
-            current = saved[name]
+        saved = {name: os.environ.get(name) for name in HTTP_BOUNDS}
+        for name, limit in HTTP_BOUNDS.items():
             try:
-                value = min(float(current), limit) if current is not None else limit
+                value = min(float(saved[name] or limit), limit)
             except ValueError:
-                value = limit
-            os.environ[name] = str(int(value)) if float(value).is_integer() else str(value)
+                value = float(limit)
+            os.environ[name] = str(int(value)) if value.is_integer() else str(value)
         try:
             yield
         finally:

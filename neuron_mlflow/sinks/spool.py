@@ -17,14 +17,6 @@ Layout under ``local_dir``::
           summary.md  summary.json  ops.csv  op_keys.json
           traces/rank_<r>/...              the profiler's output tree, as written
 
-``manifest.json`` is a :class:`~neuron_mlflow.sinks.window_record.Window`: its ``state``
-(``spooled``, ``summarised``, ``uploaded``, ``incomplete``, ``failed``; seen by ``sync`` as
-``pending``, ``done`` or ``incomplete``), ``uploaded`` (which parts reached MLflow) and
-``progress`` (which metric chunks and artifact files: :mod:`neuron_mlflow.sinks.delivery`),
-so an upload cut short never logs a value twice.
-``captured_ms`` is the capture time the metrics are logged with; ``job_id`` (when set) names
-the job, so that every rank's windows of an offline job sync into one run.
-
 Example:
     >>> import tempfile
     >>> spool = Spool(tempfile.mkdtemp())
@@ -37,9 +29,7 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
 import os
 import shutil
 import socket
@@ -47,28 +37,27 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from neuron_mlflow.sinks.claims import Claim, claim, release
 from neuron_mlflow.sinks.window_record import (
+    Status,
     Window,
     WindowState,
     decode_window,
     encode_window,
+    state_from_status,
     window_view,
 )
 
-Status = Literal["pending", "done", "incomplete"]
 MANIFEST = "manifest.json"
 ARTIFACTS = "artifacts"
 CAPTURE = ".capture"
 
 _session_counter = itertools.count(1)
 _made_counter = itertools.count(1)
-
-
 _NULLABLE = {"run_id", "error"}
 
 
@@ -105,9 +94,8 @@ class WindowRecord:
 
     def release(self) -> None:
         """Give up this process's claim on the window (:mod:`neuron_mlflow.sinks.claims`)."""
-        claim, self.claim = self.claim, None
-        if claim is not None:
-            claim.release()
+        release(self.claim)
+        self.claim = None
 
     def reload(self) -> None:
         """Read the record again from disk (another process may have changed it)."""
@@ -132,8 +120,7 @@ class WindowRecord:
     @property
     def status(self) -> Status:
         """``pending``, ``done`` or ``incomplete``."""
-        status: Status = self.window.status  # type: ignore[assignment]
-        return status
+        return self.window.status
 
     def save(self) -> None:
         """Write the record (atomically: a temporary file renamed over the manifest)."""
@@ -152,8 +139,6 @@ class WindowRecord:
                 raise AttributeError(f"a window record has no field {name!r}")
             setattr(self.window, name, value)
         self.save()
-
-    # -- transitions --------------------------------------------------------------------
 
     def summarised(self, metrics: dict[str, float], incomplete: bool = False) -> None:
         """``spooled``/``failed`` -> ``summarised`` (or ``incomplete``) with its metrics."""
@@ -190,10 +175,6 @@ class WindowRecord:
         """Record that ``part`` (tags, params, metrics, artifacts) reached MLflow, and save."""
         setattr(self.window.uploaded, part, True)
         self.save()
-
-    def is_uploaded(self, part: str) -> bool:
-        """Whether ``part`` already reached MLflow."""
-        return bool(getattr(self.window.uploaded, part))
 
 
 class Spool:
@@ -258,13 +239,7 @@ class Spool:
                 ``spooled`` window (``summarised`` by default, as given).
         """
         data: dict[str, Any] = {
-            "state": (
-                WindowState.INCOMPLETE
-                if status == "incomplete"
-                else WindowState.UPLOADED
-                if status == "done"
-                else WindowState.SPOOLED
-            ).value,
+            "state": state_from_status(status, fields.pop("summarised", True)),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "captured_ms": int(time.time() * 1000),  # the metrics' timestamp
             "artifact_path": artifact_path,
@@ -272,8 +247,6 @@ class Spool:
         }
         if "window" in fields:
             fields["facts"] = fields.pop("window")
-        if fields.pop("summarised", True) and status == "pending":
-            data["state"] = WindowState.SUMMARISED.value
         data.update({k: v for k, v in fields.items() if v is not None or k in _NULLABLE})
         window = msgspec.convert(data, Window)
         if staged is None:
@@ -325,13 +298,10 @@ class Spool:
                     return WindowRecord.load(path)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(staged, path)
-        except OSError:
+        except BaseException as exc:
             release(held)
-            if not staged.is_dir():
-                raise
-            return _take_over(path, window, staged, claimed)
-        except BaseException:
-            release(held)
+            if isinstance(exc, OSError) and staged.is_dir():  # another window holds the place
+                return _take_over(path, window, staged, claimed)
             raise
         _remove_if_empty(staged.parent)
         return WindowRecord(path=path, window=window, claim=held)
@@ -360,12 +330,20 @@ class Spool:
                 yield record
 
 
+def rmdir_if_empty(folder: Path) -> bool:
+    """Remove ``folder`` if it is an empty folder; True when removed."""
+    try:
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
+
+
 def _remove_if_empty(staging: Path) -> None:
     """The session's ``.capture/`` once its last staged window was put in place (a window
     staged since keeps it; :meth:`Spool.capture_dir` makes it again for the next one)."""
     if staging.name == CAPTURE:
-        with contextlib.suppress(OSError):
-            staging.rmdir()
+        rmdir_if_empty(staging)
 
 
 def _take_over(path: Path, window: Window, staged: Path, claimed: bool) -> WindowRecord:
@@ -385,36 +363,3 @@ def _take_over(path: Path, window: Window, staged: Path, claimed: bool) -> Windo
         record.release()
         raise
     return record
-
-
-def write_summary_files(
-    artifacts: Path, summary: Any, title: str, document: dict[str, Any]
-) -> None:
-    """Write a window's ``summary.md``, ``summary.json``, ``ops.csv``, ``op_keys.json`` and
-    ``config.json`` (the window's effective config, ``document["config"]``, when given).
-
-    Args:
-        artifacts: the window's artifact folder.
-        summary: its :class:`~neuron_mlflow.summary.ops.OpSummary`.
-        title: the Markdown table's title.
-        document: more top-level entries of ``summary.json`` (window, config, environment...).
-    """
-    from neuron_mlflow.naming import op_keys
-    from neuron_mlflow.summary.tables import render_csv, render_markdown
-
-    keys = op_keys(op.name for op in summary.ops)
-    (artifacts / "summary.md").write_text(render_markdown(summary, title=title), encoding="utf-8")
-    full = {**document, "summary": summary.to_dict()}
-    (artifacts / "summary.json").write_text(
-        json.dumps(full, indent=2, default=str), encoding="utf-8"
-    )
-    (artifacts / "ops.csv").write_text(render_csv(summary, keys), encoding="utf-8")
-    if document.get("config") is not None:
-        (artifacts / "config.json").write_text(
-            json.dumps(document["config"], indent=2, sort_keys=True, default=str),
-            encoding="utf-8",
-        )
-    (artifacts / "op_keys.json").write_text(
-        json.dumps({key: name for name, key in keys.items()}, indent=2, sort_keys=True),
-        encoding="utf-8",
-    )

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_mlflow.sinks.claims import claim
-from neuron_mlflow.sinks.spool import MANIFEST, Spool, WindowRecord
+from neuron_mlflow.sinks.claims import claim, release
+from neuron_mlflow.sinks.spool import MANIFEST, Spool, WindowRecord, rmdir_if_empty
 
 TRACES = "traces"
 """The folder under a window's ``artifacts/`` that holds the profiler's output."""
@@ -49,31 +48,19 @@ class PruneReport:
 
 
 def uploaded_trace_files(record: WindowRecord) -> list[Path]:
-    """The window's trace files that MLflow confirmed (absolute paths); ``[]`` unless done.
-
-    A file counts when the window is ``done``, its artifacts are marked uploaded, and the
-    file is in the manifest's ``progress.artifact_files`` (a manifest without that list:
-    when traces were uploaded at all, ``upload_traces``).
-    """
-    if record.status != "done" or not record.is_uploaded("artifacts"):
+    """The window's trace files that MLflow confirmed (absolute paths): when the window is
+    ``done`` and its artifacts are marked uploaded, those in ``progress.artifact_files``."""
+    if record.status != "done" or not record.window.uploaded.artifacts:
         return []
-    traces = record.artifacts_dir / TRACES
-    if not traces.is_dir():
-        return []
-    confirmed = record.window.progress.artifact_files
-    files = sorted(p for p in traces.rglob("*") if p.is_file())
-    if confirmed is None:
-        return files if record.window.upload_traces else []
-    names = set(confirmed)
-    return [p for p in files if p.relative_to(record.artifacts_dir).as_posix() in names]
+    confirmed = set(record.window.progress.artifact_files)
+    files = sorted(p for p in (record.artifacts_dir / TRACES).rglob("*") if p.is_file())
+    return [p for p in files if p.relative_to(record.artifacts_dir).as_posix() in confirmed]
 
 
 def _why_kept(record: WindowRecord) -> str | None:
-    status = record.status
-    if status != "done":
-        return f"status {status}: not uploaded"
-    traces = record.artifacts_dir / TRACES
-    if traces.is_dir() and any(p.is_file() for p in traces.rglob("*")):
+    if record.status != "done":
+        return f"status {record.status}: not uploaded"
+    if any(p.is_file() for p in (record.artifacts_dir / TRACES).rglob("*")):
         if not uploaded_trace_files(record):
             return "its traces were never uploaded (upload_traces off): the only copy"
         return "some trace files were never uploaded: the only copy"
@@ -91,25 +78,9 @@ def remove_uploaded_traces(record: WindowRecord) -> int:
             continue
         freed += size
     traces = record.artifacts_dir / TRACES
-    if traces.is_dir():
-        for folder in sorted((p for p in traces.rglob("*") if p.is_dir()), reverse=True):
-            _rmdir_if_empty(folder)
-        _rmdir_if_empty(traces)
+    for folder in sorted([traces, *traces.rglob("*")], reverse=True):  # deepest first
+        rmdir_if_empty(folder)  # (a file, or a folder still holding one, stays)
     return freed
-
-
-def _rmdir_if_empty(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not empty (a file that was not uploaded), or gone
-        folder.rmdir()
-
-
-def _spool_root(window_dir: Path, record: WindowRecord) -> Path | None:
-    """``local_dir`` of a window folder: the parent of its session folder."""
-    session = record.window.session
-    for parent in window_dir.parents:
-        if parent.name == session:
-            return parent.parent
-    return None
 
 
 def spool_bytes(local_dir: Path) -> int:
@@ -117,32 +88,22 @@ def spool_bytes(local_dir: Path) -> int:
     total = 0
     for folder, _dirs, files in os.walk(local_dir):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.stat(os.path.join(folder, name)).st_size
-            except OSError:
-                continue
     return total
 
 
-def _done_oldest_first(local_dir: Path) -> Iterator[WindowRecord]:
-    records = list(Spool(local_dir).windows("done"))
-    records.sort(key=lambda r: (r.window.captured_ms, str(r.path)))
-    yield from records
-
-
-def enforce_cap(
-    local_dir: Path, max_bytes: int, holding: Path | None = None, report: PruneReport | None = None
-) -> PruneReport:
+def enforce_cap(local_dir: Path, max_bytes: int, holding: Path | None = None) -> PruneReport:
     """Remove uploaded windows' trace files, oldest first, until the spool is ``max_bytes``
     or less (or no uploaded trace is left). ``holding``: a window this process already
     claims (cleaned without claiming again)."""
-    report = report or PruneReport()
+    report = PruneReport()
     total = spool_bytes(local_dir)
-    for record in _done_oldest_first(local_dir):
+    done = Spool(local_dir).windows("done")
+    for record in sorted(done, key=lambda r: (r.window.captured_ms, str(r.path))):
         if total <= max_bytes:
             break
-        freed = _clean_claimed(record, holding, report)
-        total -= freed
+        total -= _clean_claimed(record, holding, report)
     return report
 
 
@@ -164,8 +125,7 @@ def _clean_claimed(record: WindowRecord, holding: Path | None, report: PruneRepo
             return 0
         freed = remove_uploaded_traces(record)
     finally:
-        if held is not None:
-            held.release()
+        release(held)
     report.pruned.append(str(record.path))
     report.freed_bytes += freed
     return freed
@@ -192,10 +152,10 @@ def cleanup_after_upload(window_dir: Path, keep_local: bool, local_max_bytes: in
         return
     if not keep_local:
         remove_uploaded_traces(record)
-    if local_max_bytes is not None:
-        root = _spool_root(window_dir, record)
-        if root is not None:
-            enforce_cap(root, local_max_bytes, holding=window_dir)
+    session = record.window.session  # the spool's root: the parent of the session folder
+    root = next((p.parent for p in window_dir.parents if p.name == session), None)
+    if local_max_bytes is not None and root is not None:
+        enforce_cap(root, local_max_bytes, holding=window_dir)
 
 
 def prune(local_dir: str | os.PathLike[str], max_bytes: int | None = None) -> PruneReport:
@@ -210,13 +170,12 @@ def prune(local_dir: str | os.PathLike[str], max_bytes: int | None = None) -> Pr
         ([], [])
     """
     root = Path(local_dir)
-    report = PruneReport()
     if max_bytes is not None:
-        return enforce_cap(root, max_bytes, report=report)
+        return enforce_cap(root, max_bytes)
+    report = PruneReport()
     for record in Spool(root).windows():
-        if record.status != "done":
-            if (record.artifacts_dir / TRACES).is_dir():
-                report.kept.append((str(record.path), _why_kept(record) or "not uploaded"))
-            continue
-        _clean_claimed(record, None, report)
+        if record.status == "done":
+            _clean_claimed(record, None, report)
+        elif (record.artifacts_dir / TRACES).is_dir():
+            report.kept.append((str(record.path), _why_kept(record) or "not uploaded"))
     return report

@@ -39,7 +39,7 @@ Example:
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -48,6 +48,7 @@ from neuron_mlflow.config import ProfilerConfig
 SCHEMA_VERSION = 3
 """The version of :class:`Window` written now (1: the dict manifests of the first release;
 2: the config, environment and errors in ``document``)."""
+Status = Literal["pending", "done", "incomplete"]
 
 
 class WindowState(enum.StrEnum):
@@ -164,7 +165,7 @@ class Window(msgspec.Struct, kw_only=True):
     attempts: int = 0
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """``pending`` (to upload), ``done`` or ``incomplete``, as ``sync`` sees it."""
         if self.state is WindowState.UPLOADED:
             return "done"
@@ -180,6 +181,13 @@ class Window(msgspec.Struct, kw_only=True):
         )
 
 
+def state_from_status(status: str, summarised: bool) -> WindowState:
+    """The state of a window the first release saw as ``status`` (``pending``, ``done``,
+    ``incomplete``) and ``summarised``."""
+    states = {"done": WindowState.UPLOADED, "incomplete": WindowState.INCOMPLETE}
+    return states.get(status, WindowState.SUMMARISED if summarised else WindowState.SPOOLED)
+
+
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A record of an earlier release as a :class:`Window`'s fields: the first release's
     (``"format": 1``) and ``schema_version`` 2's (``document``: config, environment, errors).
@@ -190,39 +198,23 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
         >>> upgrade({"schema_version": 2, "document": {"errors": ["x"]}})["errors"]
         ['x']
     """
-    version = data.get("schema_version")
-    if version == SCHEMA_VERSION:
+    if data.get("schema_version") == SCHEMA_VERSION:
         return data
-    if version is not None:
-        return _from_document(data)
     data = dict(data)
-    data.pop("format", None)
-    status, summarised = data.pop("status", "pending"), data.pop("summarised", True)
-    if status == "done":
-        data["state"] = WindowState.UPLOADED.value
-    elif status == "incomplete":
-        data["state"] = WindowState.INCOMPLETE.value
-    else:
-        data["state"] = (WindowState.SUMMARISED if summarised else WindowState.SPOOLED).value
-    if "window" in data:
-        data["facts"] = data.pop("window")
-    stamp = data.get("captured_ms")
-    data["captured_ms"] = (
-        int(stamp) if isinstance(stamp, int | float) else _created_ms(data.get("created"))
-    )
-    return _from_document(data)
-
-
-def _from_document(data: dict[str, Any]) -> dict[str, Any]:
-    """``document``'s typed parts (config, errors; ``ranks`` of an ingested window as
-    ``sources``) as fields; the rest of it is left out (its ``environment`` is the tags)."""
-    data = dict(data)
+    if data.get("schema_version") is None:  # the first release's
+        data.pop("format", None)
+        status, summarised = data.pop("status", "pending"), data.pop("summarised", True)
+        data["state"] = state_from_status(status, summarised).value
+        if "window" in data:
+            data["facts"] = data.pop("window")
+        stamp = data.get("captured_ms")
+        data["captured_ms"] = (
+            int(stamp) if isinstance(stamp, int | float) else _created_ms(data.get("created"))
+        )
+    # ``document``'s typed parts as fields; the rest of it is left out (its ``environment``
+    # is the tags)
     document = data.pop("document", None) or {}
-    for name, field_name in (
-        ("config", "config"),
-        ("errors", "errors"),
-        ("ranks", "sources"),
-    ):
+    for name, field_name in {"config": "config", "errors": "errors", "ranks": "sources"}.items():
         if document.get(name) is not None:
             data[field_name] = document[name]
     data["schema_version"] = SCHEMA_VERSION
