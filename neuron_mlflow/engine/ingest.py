@@ -172,8 +172,7 @@ def ingest(
                 f"{reachable}; the window is kept at {record.path} (pending): "
                 "`neuron-mlflow sync` uploads it later"
             ) from reachable
-        tags = record.window.tags
-        target = run_id or sink.create_run(experiment, run_name="ingest", tags=tags)
+        target = run_id or sink.create_run(experiment, run_name="ingest", tags=record.window.tags)
         sink.upload(record, target)
         clean_up(record)  # the spool's copy of the traces (never the files given)
     finally:

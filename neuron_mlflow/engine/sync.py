@@ -76,9 +76,7 @@ def sync_pending(
 
     Each window goes through the worker's pipeline: one never summarised is summarised from
     its trace first; one whose summary fails is reported in ``failed`` with the reason and
-    stays in the spool, traces and all. Each window goes into its original run when that
-    exists on the server, else into its job's run
-    (:meth:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink.run_for`).
+    stays in the spool, traces and all.
 
     Args:
         local_dir: the spool folder (``ProfilerConfig.local_dir``).

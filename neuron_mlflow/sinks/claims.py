@@ -32,9 +32,8 @@ LOCK = ".lock"
 """The lock file in a window's folder (never uploaded: it is outside ``artifacts/``)."""
 QUEUE = ".queue"
 """The worker's queue under the spool root: one job file per window a training process
-handed to its worker process (the window's record, :class:`~neuron_mlflow.sinks.
-window_record.Window`: in place at ``<session>/<artifact_path>`` under the root; a job of
-schema 2 names that folder as ``window``)."""
+handed to its worker process (the window's record; a job of schema 2 names its folder as
+``window``)."""
 WORKER_LOCK = ".worker.lock"
 """Held by the spool's worker process while it runs."""
 

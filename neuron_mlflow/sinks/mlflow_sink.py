@@ -131,10 +131,8 @@ class MlflowSink:
         return run_id
 
     def check_reachable(self, timeout_s: float | None = None) -> None:
-        """Fail fast unless the tracking server answers (``GET /health`` for HTTP; cached).
-
-        MLflow's client retries an unreachable server for minutes; a profiled job should not
-        stall that long. See :mod:`neuron_mlflow.sinks.reachability`.
+        """Fail fast unless the tracking server answers
+        (:func:`~neuron_mlflow.sinks.reachability.check_reachable`: short and cached).
 
         Raises:
             ConnectionError: the server is not reachable; the message names the URI and why.

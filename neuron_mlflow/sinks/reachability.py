@@ -58,7 +58,6 @@ class _State:
 
 
 _cache: dict[str, _State] = {}
-_lock = threading.Lock()
 
 
 def _check_http(uri: str, timeout_s: float) -> None:
@@ -138,11 +137,9 @@ def check_reachable(uri: str, timeout_s: float | None = None, *, cached: bool = 
     Example:
         >>> check_reachable("databricks")  # not checked: MLflow's own client decides
     """
-    now = time.monotonic()
-    with _lock:
-        state = _cache.get(uri)
+    state = _cache.get(uri)  # (one dict operation at a time: no lock needed)
     if cached and state is not None:
-        age = now - state.checked_at
+        age = time.monotonic() - state.checked_at
         if state.error is None and age < OK_TTL_S:
             return
         if state.error is not None and age < state.backoff_s:
@@ -151,11 +148,9 @@ def check_reachable(uri: str, timeout_s: float | None = None, *, cached: bool = 
         _check_once(uri, HEALTH_TIMEOUT_S if timeout_s is None else timeout_s)
     except ConnectionError as exc:
         backoff = FIRST_BACKOFF_S if state is None or state.error is None else state.backoff_s * 2
-        with _lock:
-            _cache[uri] = _State(time.monotonic(), str(exc), min(backoff, MAX_BACKOFF_S))
+        _cache[uri] = _State(time.monotonic(), str(exc), min(backoff, MAX_BACKOFF_S))
         raise ConnectionError(_message(uri, str(exc))) from exc
-    with _lock:
-        _cache[uri] = _State(time.monotonic(), None, 0.0)
+    _cache[uri] = _State(time.monotonic(), None, 0.0)
 
 
 def _message(uri: str, why: str) -> str:
@@ -168,11 +163,10 @@ def forget(uri: str | None = None) -> None:
     Example:
         >>> forget()
     """
-    with _lock:
-        if uri is None:
-            _cache.clear()
-        else:
-            _cache.pop(uri, None)
+    if uri is None:
+        _cache.clear()
+    else:
+        _cache.pop(uri, None)
 
 
 _env_lock = threading.RLock()

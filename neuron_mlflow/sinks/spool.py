@@ -263,9 +263,7 @@ class Spool:
     def place(
         self, window: Window, staged: Path | None = None, claimed: bool = False
     ) -> WindowRecord:
-        """Put a window in place: the one way a window enters the spool, for the worker
-        process, ``sync``, a window ended by an exception, a stage's end or a signal (on the
-        training thread), and ``ingest``.
+        """Put a window in place: the one way a window enters the spool.
 
         The complete record is saved beside the capture (``staged``, default
         :meth:`staged_dir`: its ``artifacts/`` hold the traces), then one rename makes both

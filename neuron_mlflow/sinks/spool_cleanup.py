@@ -11,11 +11,6 @@ Never removed: anything of a window that is not ``done`` (pending, interrupted, 
 uploads), a trace file the manifest does not list as confirmed (``upload_traces=False`` keeps
 traces only here), and the windows a running process still claims
 (:mod:`neuron_mlflow.sinks.claims`).
-
-Example:
-    >>> import tempfile
-    >>> prune(tempfile.mkdtemp()).freed_bytes
-    0
 """
 
 from __future__ import annotations

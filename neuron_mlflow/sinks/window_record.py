@@ -38,7 +38,9 @@ Example:
 
 from __future__ import annotations
 
+import calendar
 import enum
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -223,15 +225,10 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
 
 def _created_ms(created: object) -> int:
     """A first-release window's capture time: its ``created`` stamp, else now."""
-    import calendar
-    import time
-
-    if isinstance(created, str):
-        try:
-            return calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ")) * 1000
-        except ValueError:
-            pass
-    return int(time.time() * 1000)
+    try:
+        return calendar.timegm(time.strptime(str(created), "%Y-%m-%dT%H:%M:%SZ")) * 1000
+    except ValueError:
+        return int(time.time() * 1000)
 
 
 def _enc_hook(obj: Any) -> Any:
