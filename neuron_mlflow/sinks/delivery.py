@@ -11,11 +11,8 @@ Progress is kept in the window's record under ``progress``
 - ``artifact_files``: artifact files (paths relative to the window's artifact folder) the
   server confirmed. A re-sent file would overwrite itself; recording them saves the upload.
 
-Metrics carry the capture time of the window (``captured_ms``), not the upload time.
-
-Params are logged once per prefix and run: a later window whose config differs from the
-params already in the run is tagged ``neuron_mlflow.config_changed/<prefix>`` (value: the first
-such window's artifact path) instead, and its metrics and artifacts are uploaded as usual.
+Metrics carry the capture time of the window (``captured_ms``), not the upload time. Params
+are logged once per prefix and run (:func:`send_params_and_tags`).
 
 Example:
     >>> metric_chunks({"b": 2.0, "a": 1.0}, size=1)
