@@ -186,7 +186,8 @@ def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, flo
     """Every metric of one window, named by the grammar in this module's docstring.
 
     Device metrics are present only when device time was measured; per-op metrics only for
-    the first ``top_k`` operators of the summary.
+    the first ``top_k`` operators of the summary; memory and FLOPs metrics only where
+    ``profile_memory`` and ``with_flops`` recorded them.
 
     Args:
         summary: the window's summary.
@@ -202,6 +203,14 @@ def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, flo
         >>> sorted(window_metrics(s, "profile", top_k=5))  # doctest: +NORMALIZE_WHITESPACE
         ['profile/cpu_time_us', 'profile/op/aten.mul/calls', 'profile/op/aten.mul/self_cpu_us',
          'profile/op_calls', 'profile/steps', 'profile/wall_time_us']
+        >>> s = build_summary([RawOp("aten::mm", 1, 4.0, 4.0, flops=2e6)], 1, 1, 10.0,
+        ...                   peak_allocated_bytes={"cpu": 4096.0})
+        >>> metrics = window_metrics(s, "P", top_k=5)
+        >>> sorted((k, v) for k, v in metrics.items() if "flops" in k or "memory" in k)
+        ... # doctest: +NORMALIZE_WHITESPACE
+        [('P/achieved_tflops', 0.2), ('P/flops_per_step', 2000000.0),
+         ('P/memory/cpu/peak_allocated_bytes', 4096.0),
+         ('P/memory/peak_allocated_bytes', 4096.0), ('P/op/aten.mm/flops', 2000000.0)]
     """
     metrics = {
         metric_key(prefix, "cpu_time_us"): summary.cpu_time_us,
@@ -219,7 +228,19 @@ def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, flo
         if op.self_device_us is not None:
             metrics[metric_key(prefix, "op", key, "self_device_us")] = op.self_device_us
             metrics[metric_key(prefix, "op", key, "device_pct")] = op.device_pct or 0.0
-    metrics.update(extra_metrics(summary, prefix, top_k))
+        if op.flops is not None:
+            metrics[metric_key(prefix, "op", key, "flops")] = op.flops
+    peaks = summary.peak_allocated_bytes
+    if peaks:
+        main = next((device for device in peaks if device != "cpu"), "cpu")
+        metrics[metric_key(prefix, "memory", "peak_allocated_bytes")] = peaks[main]
+        for device, peak in peaks.items():
+            metrics[metric_key(prefix, "memory", device, "peak_allocated_bytes")] = peak
+    if summary.flops_per_step is not None:
+        metrics[metric_key(prefix, "flops_per_step")] = summary.flops_per_step
+        if summary.wall_time_us > 0:
+            tflops = summary.flops_per_step / summary.wall_time_us / 1e6  # FLOP/us -> TFLOP/s
+            metrics[metric_key(prefix, "achieved_tflops")] = tflops
     for name, stats in (summary.extra.get(STEP_STATS_KEY) or {}).items():
         metrics[metric_key(prefix, f"{name}_p50")] = stats["p50"]  # per-step median
         metrics[metric_key(prefix, f"{name}_iqr")] = stats["iqr"]  # and spread
@@ -297,42 +318,6 @@ def call_marker(name: str) -> str:
     return CALL_MARKER_PREFIX + name
 
 
-def extra_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
-    """What ``record_shapes``/``profile_memory``/``with_flops`` add to a window's metrics.
-
-    The memory and FLOPs rows of the module's table (``P/op/<key>/flops`` for the first
-    ``top_k`` operators).
-
-    Example:
-        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
-        >>> s = build_summary([RawOp("aten::mm", 1, 4.0, 4.0, flops=2e6)], 1, 1, 10.0,
-        ...                   peak_allocated_bytes={"cpu": 4096.0})
-        >>> sorted(extra_metrics(s, "P", top_k=5).items())  # doctest: +NORMALIZE_WHITESPACE
-        [('P/achieved_tflops', 0.2), ('P/flops_per_step', 2000000.0),
-         ('P/memory/cpu/peak_allocated_bytes', 4096.0),
-         ('P/memory/peak_allocated_bytes', 4096.0), ('P/op/aten.mm/flops', 2000000.0)]
-    """
-    metrics: dict[str, float] = {}
-    peaks = summary.peak_allocated_bytes
-    if peaks:
-        devices = [d for d in peaks if d != "cpu"]
-        metrics[metric_key(prefix, "memory", "peak_allocated_bytes")] = peaks[
-            devices[0] if devices else "cpu"
-        ]
-        for device, peak in peaks.items():
-            metrics[metric_key(prefix, "memory", device, "peak_allocated_bytes")] = peak
-    if summary.flops_per_step is not None:
-        metrics[metric_key(prefix, "flops_per_step")] = summary.flops_per_step
-        if summary.wall_time_us > 0:
-            tflops = summary.flops_per_step / summary.wall_time_us / 1e6  # FLOP/us -> TFLOP/s
-            metrics[metric_key(prefix, "achieved_tflops")] = tflops
-        keys = op_keys(op.name for op in summary.ops)
-        for op in summary.top(top_k):
-            if op.flops is not None:
-                metrics[metric_key(prefix, "op", keys[op.name], "flops")] = op.flops
-    return metrics
-
-
 def neuron_metric_key(prefix: str, *parts: str) -> str:
     """``P/neuron/<parts>``: a Neuron Explorer number, each part made MLflow-safe.
 
@@ -341,16 +326,6 @@ def neuron_metric_key(prefix: str, *parts: str) -> str:
         'profile/neuron/summary/n_1f2e/tensor_engine_active_time_percent'
     """
     return metric_key(prefix, "neuron", *(safe_op_key(part) or "_" for part in parts))
-
-
-def mfu_metric(prefix: str) -> str:
-    """``P/mfu_pct``: model FLOPs utilisation of the window (%).
-
-    Example:
-        >>> mfu_metric("profile")
-        'profile/mfu_pct'
-    """
-    return metric_key(prefix, "mfu_pct")
 
 
 def system_metric_key(*parts: str) -> str:

@@ -139,15 +139,10 @@ def planned_windows(schedule: Schedule, total_steps: int) -> list[Window]:
         [0, 1, 2]
     """
     windows: list[Window] = []
-    index = 0
-    while True:
-        if schedule.repeat and index >= schedule.repeat:
-            break
-        start = schedule.skip_first + index * schedule.cycle_steps + schedule.wait
-        if start >= total_steps:
-            break
+    start = next_window_start(schedule, 0)
+    while start is not None and start < total_steps:
         windows.append(window_at(schedule, start))  # type: ignore[arg-type]
-        index += 1
+        start = next_window_start(schedule, start + 1)
     return windows
 
 

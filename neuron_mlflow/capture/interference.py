@@ -1,26 +1,16 @@
 """Per step: how long this process's threads waited for a CPU that another process held.
 
-A step on a shared host can take 100x its usual time without running any slower code:
-torch's intra-op threads are runnable but wait in the kernel's run queue while another
-process holds the core. Both counters below separate such steps from the others; the
-measurement (``benchmarks/compare_noise.py --probe --busy``) is in ``docs/comparing.md``
-(disturbed steps). The thread's CPU time against its wall time does not separate them:
-OpenMP's waiting threads spin, so CPU time follows wall time.
-
-:class:`InterferenceProbe` reads both at a step's start and end, on the training thread,
-inside a window only:
+:class:`InterferenceProbe` reads two counters at a step's start and end, on the training
+thread, inside a window only (why and how they were chosen: docs/comparing.md, "Disturbed
+steps"):
 
 - ``cpu_wait_us``: the summed run-queue wait of the threads that run a step: the training
   thread and the threads Python did not start (torch's intra-op pool) (Linux
   ``/proc/self/task/<tid>/schedstat``, second field; ``None`` elsewhere);
 - ``switches``: involuntary context switches of the process (``getrusage``).
 
-A sample costs about 5 us a thread read (a ``pread`` of a held-open file; at most
-:data:`MAX_THREADS` threads). Around a decorated call the reads lie outside the call's own
-range in the trace, which is the step ``steps.jsonl`` times; with ``prof.step()`` (the
-context manager) a step is torch's ``ProfilerStep`` range, from one ``prof.step()`` to the
-next, and the reads fall inside it. Which steps count as disturbed is decided later, from
-these numbers (:func:`neuron_mlflow.summary.statistics.disturbed`).
+Which steps count as disturbed is decided later, from these numbers
+(:func:`neuron_mlflow.summary.statistics.disturbed`).
 
 Example:
     >>> probe = InterferenceProbe()

@@ -57,11 +57,8 @@ class CapturedStats:
     Attributes:
         summary: the window's summary, straight from its trace (the live path).
         device_busy_pct: the device's busy share of its span, from the trace.
-        cpu_ops: operator rows (window totals), for backends that build the summary from
-            rows (the Neuron backend's device-time adapter).
-        device_rows: device-side rows (kernels), whose self time is the device total.
-        top_level_calls: operator dispatches at the top of the CPU call tree.
-        calls_marked: only work inside marked ranges was counted.
+        cpu_ops, device_rows, top_level_calls: what a summary is built from when there is
+            none (:func:`~neuron_mlflow.summary.ops.build_summary`'s arguments).
         device_state: what the backend read of this window's device, for its analysis (the
             Neuron backend's ``NeuronWindow``): per-window state travels with the window.
     """
@@ -71,7 +68,6 @@ class CapturedStats:
     cpu_ops: list[RawOp] = field(default_factory=list)
     device_rows: list[RawOp] = field(default_factory=list)
     top_level_calls: int = 0
-    calls_marked: bool = False
     device_state: Any = None
 
 
@@ -132,15 +128,13 @@ def compress_trace(path: Path) -> Path:
     return target
 
 
-def read_window_trace(
-    trace_dir: Path, device_label: str | None, compress: bool = True
-) -> CapturedStats:
-    """Summarise the window whose trace is in ``trace_dir`` with the trace engine.
+def read_window_trace(trace_dir: Path, device_label: str | None) -> CapturedStats:
+    """Summarise the window whose trace is in ``trace_dir`` with the trace engine, then gzip
+    an uncompressed trace in place (it is uploaded next).
 
     Args:
         trace_dir: the folder the backend exported the window's trace into.
         device_label: the backend's device label (``CUDA``...), ``None`` for CPU only.
-        compress: then gzip an uncompressed trace in place (it is uploaded next).
 
     Returns:
         The stats with ``summary`` set; an empty summary if the folder holds no trace.
@@ -155,11 +149,7 @@ def read_window_trace(
     if path is None:
         return CapturedStats(summary=build_summary([], 0, 1, 0.0, device_label))
     result = summarize_trace(path, device_label)
-    if compress and path.suffix == ".json":
+    if path.suffix == ".json":
         compress_trace(path)
-    return CapturedStats(
-        summary=result.summary,
-        device_busy_pct=result.device_busy_pct if result.device_events else None,
-        top_level_calls=round(result.summary.op_calls * result.summary.steps),
-        calls_marked=result.marked,
-    )
+    busy = result.device_busy_pct if result.device_events else None
+    return CapturedStats(summary=result.summary, device_busy_pct=busy)

@@ -108,12 +108,9 @@ _CORE_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 class NeuronOptions(_StrictModel):
     """Options of the Neuron backend (``ProfilerConfig.neuron``), passed to ``NeuronConfig``.
 
-    ``NeuronConfig`` receives ``modes``, the output folder, ``correlate_device_time`` and
-    ``precache_node_info`` (both documented, both default ``True``), plus only the other
-    options the user set, so an SDK that lacks one fails only when it is used. The other
-    fields say what runs around the capture: the Neuron Explorer summary after each window
-    (``explorer_summary``) and the ``neuron-monitor`` sampler during the whole job
-    (``system_metrics``, every ``monitor_period_s``).
+    Only the options the user set reach ``NeuronConfig``, besides ``modes``, the output folder
+    and the two documented ones (docs/neuron.md). ``explorer_summary``, ``system_metrics``
+    and ``monitor_period_s`` say what runs around the capture.
 
     Example:
         >>> NeuronOptions(capture_enabled_for_nc="0,1,2-5").capture_enabled_for_nc

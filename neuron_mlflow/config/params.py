@@ -27,45 +27,21 @@ ONLY_ON_BACKEND = {"neuron.": "neuron"}
 _UNITS = {
     "": 1,
     "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
+    **{f"{prefix}B": 1000 ** (power + 1) for power, prefix in enumerate("KMGT")},
+    **{f"{prefix}IB": 1024 ** (power + 1) for power, prefix in enumerate("KMGT")},
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
-def flatten(document: dict[str, Any]) -> dict[str, str]:
+def flatten(document: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """Nested ``model_dump(mode="json")`` output as ``{"a.b": "value"}``, every leaf a string."""
     out: dict[str, str] = {}
-
-    def walk(prefix: str, value: Any) -> None:
+    for key, value in document.items():
         if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(f"{prefix}.{key}" if prefix else key, inner)
+            out.update(flatten(value, f"{prefix}{key}."))
         else:
-            out[prefix] = str(value)
-
-    walk("", document)
+            out[f"{prefix}{key}"] = str(value)
     return out
-
-
-def applies_to(field: str, backend: str) -> bool:
-    """Whether the dotted ``field`` means anything on a window captured with ``backend``.
-
-    Example:
-        >>> applies_to("neuron.modes", "cpu"), applies_to("neuron.modes", "neuron")
-        (False, True)
-        >>> applies_to("schedule.active", "cuda")
-        True
-    """
-    return all(
-        backend == only for prefix, only in ONLY_ON_BACKEND.items() if field.startswith(prefix)
-    )
 
 
 def applicable(params: dict[str, str], defaults: dict[str, str], backend: str) -> dict[str, str]:
@@ -90,7 +66,8 @@ def applicable(params: dict[str, str], defaults: dict[str, str], backend: str) -
     return {
         key: value
         for key, value in params.items()
-        if applies_to(key, backend) or defaults.get(key) != value
+        if defaults.get(key) != value
+        or all(backend == only for start, only in ONLY_ON_BACKEND.items() if key.startswith(start))
     }
 
 

@@ -3,26 +3,8 @@
 Made for MLflow's artifact viewer, which shows HTML in a sandboxed ``<iframe>`` (scripts run;
 no storage, no pop-ups, no requests anywhere): every byte the page needs is inside it, the
 JavaScript and CSS of ``assets/`` (ours) inline, the data as JSON in a
-``<script type="application/json">`` block. No network request, no ``localStorage``.
-
-What it shows:
-
-- the header: backend, device, window steps, run and window ids, versions; the totals per
-  step, with the aten operators dispatched (every ``aten::`` call, nested ones too) and the
-  top-level calls (``P/op_calls``: the roots of the call tree, an annotation such as
-  Lightning's ``[LightningModule]...training_step`` being one);
-- the **timeline** (from :func:`neuron_mlflow.trace.timeline.build_timeline`'s plain data):
-  a lane per CPU thread and device stream / NeuronCore, steps shaded and numbered, operators
-  nested by depth, device events coloured like the operator that launched them; wheel
-  zooms, drag pans, hover tells name, duration, self time and input shapes, a click selects
-  an operator and highlights all its calls and the device events they launched;
-- **top operators**: bars of self device time (else self CPU time) per step, with the columns
-  and numbers of ``summary.md`` (the same formatting), long names shortened
-  (:mod:`neuron_mlflow.summary.names`) and the full name on hover;
-- **per-step bars**: wall time, device time, device busy share of each profiled step.
-
-Above ``budget_bytes`` (10 MB by default; MLflow previews files up to 50 MiB) the timeline
-keeps its longest bars and says how many it left out.
+``<script type="application/json">`` block. What it shows: docs/report.md. Above
+``budget_bytes`` the timeline keeps its longest bars and says how many it left out.
 
 Example:
     >>> from neuron_mlflow.summary.ops import RawOp, build_summary

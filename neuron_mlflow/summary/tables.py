@@ -98,6 +98,19 @@ def _extra_columns(summary: OpSummary) -> tuple[str, str, Callable[[OpStats], st
     return head, rule, cells
 
 
+_CSV_COLUMNS = (
+    "calls",
+    "self_cpu_us",
+    "cpu_total_us",
+    "cpu_pct",
+    "self_device_us",
+    "device_total_us",
+    "device_pct",
+    "input_shapes",
+    "flops",
+)
+
+
 def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
     """Every operator as CSV, one row each, with its metric key.
 
@@ -109,37 +122,10 @@ def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
     """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        [
-            "name",
-            "key",
-            "calls",
-            "self_cpu_us",
-            "cpu_total_us",
-            "cpu_pct",
-            "self_device_us",
-            "device_total_us",
-            "device_pct",
-            "input_shapes",
-            "flops",
-        ]
-    )
+    writer.writerow(["name", "key", *_CSV_COLUMNS])
     for op in summary.ops:
-        writer.writerow(
-            [
-                op.name,
-                keys.get(op.name, ""),
-                op.calls,
-                op.self_cpu_us,
-                op.cpu_total_us,
-                op.cpu_pct,
-                "" if op.self_device_us is None else op.self_device_us,
-                "" if op.device_total_us is None else op.device_total_us,
-                "" if op.device_pct is None else op.device_pct,
-                op.input_shapes or "",
-                "" if op.flops is None else op.flops,
-            ]
-        )
+        values = (getattr(op, column) for column in _CSV_COLUMNS)
+        writer.writerow([op.name, keys.get(op.name, ""), *("" if v is None else v for v in values)])
     return out.getvalue()
 
 

@@ -1,13 +1,8 @@
 """The contract every profiling backend implements: :class:`BaseBackend`.
 
-A backend says which ``torch.profiler`` activities to record and which extra keyword
-arguments the profiler needs (the window's start), how a finished window's trace is written
-(its stop: the window's files), how to wait for the device, what to call the device in
-tables, how to describe itself in run tags, and, off the training thread, where a window's
-device time comes from and what more the device tells about it (its device analysis).
-:class:`BaseBackend` declares these calls and holds the defaults the cpu, cuda and neuron
-backends share; the engine types a backend as :class:`BaseBackend`. A backend keeps no state
-of a window between its calls: what one window needs travels with that window.
+The engine types a backend as :class:`BaseBackend`, which declares its calls and holds the
+defaults the cpu, cuda and neuron backends share. A backend keeps no state of a window
+between its calls: what one window needs travels with that window.
 
 Example:
     >>> from neuron_mlflow.capture.backends.cpu import CpuBackend
@@ -34,8 +29,7 @@ if TYPE_CHECKING:
 
 
 class BaseBackend(abc.ABC):
-    """What the engine calls on a backend, and the defaults the cpu, cuda and neuron
-    backends share.
+    """What the engine calls on a backend, and the defaults the backends share.
 
     Attributes:
         name: the ``ProfilerConfig.backend`` value that selects it.
@@ -70,11 +64,9 @@ class BaseBackend(abc.ABC):
     def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
         """Write the window's trace into ``output_dir`` (the ``on_trace_ready`` work).
 
-        The default is torch's own Chrome-trace export, named like
-        ``torch.profiler.tensorboard_trace_handler`` names it
-        (``<host>_<pid>.<ns>.pt.trace.json``). It is written uncompressed: this runs on the
-        training thread, and torch's gzip export writes line by line (several times slower);
-        the worker compresses it (:func:`~neuron_mlflow.capture.profile_reader.read_window_trace`).
+        The default is torch's Chrome-trace export, named like ``tensorboard_trace_handler``
+        names it, uncompressed: this runs on the training thread, and torch's gzip export is
+        several times slower; the worker compresses it.
         """
         import socket
 
@@ -88,11 +80,9 @@ class BaseBackend(abc.ABC):
     def refine_device_time(
         self, stats: CapturedStats, trace_dir: Path
     ) -> tuple[CapturedStats, str | None]:
-        """The window read from its own trace (``stats.summary``), and where its device time
-        comes from: ``trace`` or ``none`` (``None`` for a backend without device time).
-
-        The default summarises the trace the backend exported into ``trace_dir`` with the
-        trace engine (off the training thread); the Neuron backend overrides it."""
+        """The window read from its own trace (``stats.summary``, off the training thread),
+        and where its device time comes from: ``trace`` or ``none`` (``None`` for a backend
+        without device time)."""
         from neuron_mlflow.capture.profile_reader import read_window_trace
 
         stats = read_window_trace(trace_dir, self.device_label)

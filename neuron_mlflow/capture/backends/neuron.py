@@ -1,24 +1,9 @@
 """The Neuron backend: TorchNeuron's profiler on AWS Trainium, as AWS documents it.
 
-``torch_neuronx.profiling`` is imported lazily. A window runs ``torch.profiler.profile`` with
-``activities=[CPU, PrivateUse1]``, ``experimental_config=NeuronConfig(...)`` (the modes mapped
-to ``ProfileMode`` members by name, ``profile_output_dir`` inside the window's spool folder,
-and only the options the user set) and ``on_trace_ready=NeuronProfiler(cfg).export_trace``;
-``torch.neuron.synchronize()`` runs before each step ends. The whole output tree
-(``<instance-id>_pid_<pid>/<timestamp>/`` with ``trace.json``, ``*.pb``, ``*.neff``,
-``*.ntff``) is uploaded unchanged under ``traces/rank_<r>/``.
-
-``NeuronConfig`` gets ``modes``, ``profile_output_dir``, ``correlate_device_time`` and
-``precache_node_info`` (documented, default ``True``), and only the other options the user
-set. An SDK that rejects ``correlate_device_time`` (or ``precache_node_info``) while the user
-left it at its default is told once, the run is tagged, and the capture goes on without it.
-
-The framework trace is read under either documented name, ``trace.json`` or
-``neuron_framework_trace_rank_<N>.json``. Device time comes from that trace when it holds
-device events (``privateuse1_driver`` linked to runtime calls, read by the trace engine), else
-from the profiler's own events (``correlate_device_time=True`` puts it into
-``key_averages()``), read with the same rules by
-:mod:`neuron_mlflow.capture.backends.neuron_device_time`; never by name over a whole file.
+``torch_neuronx.profiling`` is imported lazily. What a window passes to ``NeuronConfig`` and
+where its device time comes from: docs/neuron.md ("The capture, as AWS documents it";
+"Device time: the same rules as every backend"). The whole output tree is uploaded unchanged
+under ``traces/rank_<r>/``.
 
 Example:
     >>> NeuronBackend.name, NeuronBackend.device_label
@@ -94,13 +79,6 @@ def _has_device_events(trace: Path) -> bool:
         return True
 
 
-def _kept_times(trace_dir: Path) -> DeviceTimes | None:
-    path = trace_dir / KEY_AVERAGES_FILE
-    if not path.is_file():
-        return None
-    return DeviceTimes(**json.loads(path.read_text(encoding="utf-8")))
-
-
 class NeuronBackend(BaseBackend):
     """Profile CPU operators and NeuronCore activity with TorchNeuron's profiler.
 
@@ -162,11 +140,8 @@ class NeuronBackend(BaseBackend):
         return [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 
     def neuron_config(self, config: ProfilerConfig, output_dir: Path) -> Any:
-        """Build ``NeuronConfig``: modes by ``ProfileMode`` member name, the output folder,
-        ``correlate_device_time`` and ``precache_node_info``, and the other options the user
-        set. An SDK that rejects one of those two while it is at its default is told once
-        (the run is tagged ``neuron.<option>=unsupported``) and the config is built without it.
-        """
+        """Build ``NeuronConfig`` (docs/neuron.md): an SDK that rejects one of
+        :data:`DEFAULTED_OPTIONS` left at its default is told once and goes on without it."""
         from torch_neuronx.profiling import NeuronConfig, ProfileMode
 
         options = config.neuron
@@ -224,12 +199,9 @@ class NeuronBackend(BaseBackend):
     def export_trace(self, prof: torch.profiler.profile, output_dir: Path) -> None:
         """``NeuronProfiler(cfg).export_trace``: the Neuron tree, names and nesting as written.
 
-        The window is summarised later by the worker process, which cannot reach this
-        profiler. So when the framework trace holds no device event (an SDK that puts device
-        time only into ``key_averages()``, as ``correlate_device_time`` does), the device
-        times are read from the profiler's events here and kept next to the trace
-        (:data:`KEY_AVERAGES_FILE`); a byte scan of the trace decides, and only then does the
-        training thread pay for torch's event tree.
+        The worker cannot reach this profiler: when the framework trace holds no device event
+        (a byte scan decides), the device times are read from the profiler's events here and
+        kept next to the trace (:data:`KEY_AVERAGES_FILE`).
         """
         self._exporter.export_trace(prof)
         traces = framework_traces(output_dir)
@@ -246,11 +218,8 @@ class NeuronBackend(BaseBackend):
         torch.neuron.synchronize()  # type: ignore[attr-defined]
 
     def read_window(self, trace_dir: Path) -> NeuronWindow:
-        """Summarise the window whose output is in ``trace_dir`` (call off the training thread).
-
-        The framework trace is summarised by the trace engine (the same rules as every
-        backend); device time comes from its device events, else from the profiler's events
-        that :meth:`export_trace` kept for ``trace_dir``.
+        """Summarise the window whose output is in ``trace_dir`` (off the training thread):
+        device time from the trace's device events, else from what :meth:`export_trace` kept.
         """
         from neuron_mlflow.trace.summarize import summarize_trace
 
@@ -261,32 +230,25 @@ class NeuronBackend(BaseBackend):
                 notes=[f"no framework trace ({' or '.join(FRAMEWORK_TRACE_NAMES)}) in the window"],
             )
         result = summarize_trace(traces[0], self.device_label)
-        window = NeuronWindow(result.summary)
         if result.device_events > 0 and result.summary.device_time_us is not None:
-            window.source = "trace"
-            window.device_busy_pct = result.device_busy_pct
-            return window
-        times = _kept_times(trace_dir)
+            return NeuronWindow(result.summary, "trace", result.device_busy_pct)
+        kept = trace_dir / KEY_AVERAGES_FILE
+        times = DeviceTimes(**json.loads(kept.read_text("utf-8"))) if kept.is_file() else None
         if times is not None and times.device_us > 0:
-            window.summary = with_device_times(result.summary, times)
-            window.source = "key_averages"
-            window.device_busy_pct = times.busy_pct
-            return window
+            summary = with_device_times(result.summary, times)
+            return NeuronWindow(summary, "key_averages", times.busy_pct)
         note = (
             "NEURON device time was not captured in this window (neither the framework trace "
             "nor key_averages() held any)"
         )
         if "correlate_device_time" in self.unsupported_options:
             note += "; this SDK does not accept correlate_device_time"
-        window.notes.append(note)
-        return window
+        return NeuronWindow(result.summary, notes=[note])
 
     def refine_device_time(
         self, stats: CapturedStats, trace_dir: Path
     ) -> tuple[CapturedStats, str]:
-        """The window per :meth:`read_window`: the trace engine's summary of the framework
-        trace, each operator with the device time it launched inside the window's marked
-        ranges (from the trace, else from ``key_averages()``), and the busy share."""
+        """The window per :meth:`read_window`."""
         window = self.read_window(trace_dir)
         stats.device_state = window  # for analyze_window: the window's, not the backend's
         stats.summary = window.summary
@@ -301,10 +263,8 @@ class NeuronBackend(BaseBackend):
         out_dir: Path,
         stats: CapturedStats,
     ) -> DeviceAnalysis:
-        """After the window, off the training thread: the busy share read with its device
-        time, Neuron Explorer's summary (``neuron_summary.json`` into ``out_dir``, metrics
-        ``P/neuron/...``), ``P/mfu_pct`` and the verdict
-        (:func:`~neuron_mlflow.capture.backends.neuron_analysis.analyze_window`)."""
+        """:func:`~neuron_mlflow.capture.backends.neuron_analysis.analyze_window`, with the
+        busy share read with the device time and the window's notes."""
         state = stats.device_state
         window = state if isinstance(state, NeuronWindow) else None
         busy = window.device_busy_pct if window is not None else None

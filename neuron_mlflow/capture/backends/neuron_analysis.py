@@ -1,20 +1,8 @@
 """Device-level analysis of one Neuron window: Explorer numbers, MFU and the verdict.
 
-Runs after the window, off the training thread. It puts together:
-
-- Neuron Explorer's ``summary-json`` of the window's profile
-  (:mod:`~neuron_mlflow.capture.backends.neuron_explorer`), uploaded as
-  ``neuron_summary.json`` and logged as ``P/neuron/...``, when ``neuron.explorer_summary``
-  allows it and ``neuron-explorer`` is on ``PATH``;
-- ``P/mfu_pct``: Explorer's MFU estimate, else the achieved TFLOP/s (torch's FLOP counts
-  with ``with_flops``, else Explorer's ``hardware_flops`` over ``total_time``) over the
-  documented peak of the cores the process used (``NEURON_RT_NUM_CORES``, default 1;
-  :mod:`~neuron_mlflow.capture.backends.neuron_peaks`); ``P/achieved_tflops`` from Explorer
-  when torch counted no FLOPs;
-- the verdict (:mod:`neuron_mlflow.summary.verdict`) per window and per top operator, put
-  into the summary (``summary.md``, ``summary.json``) and a run tag.
-
-Without ``neuron-explorer`` nothing fails: the summary says why those numbers are absent.
+Runs after the window, off the training thread (docs/neuron.md, "Device level: Neuron
+Explorer, MFU and the verdict"). Without ``neuron-explorer`` nothing fails: the summary says
+why those numbers are absent.
 
 Example:
     >>> from neuron_mlflow.summary.ops import RawOp, build_summary
@@ -33,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.capture.backends import neuron_explorer, neuron_peaks
-from neuron_mlflow.naming import metric_key, mfu_metric
+from neuron_mlflow.naming import metric_key
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.verdict import VERDICT_KEY, VerdictInputs, verdict_document
 
@@ -152,7 +140,7 @@ def analyze_window(
     if mfu is None and achieved is not None and peak_tflops:
         mfu = 100.0 * achieved / peak_tflops
     if mfu is not None:
-        analysis.metrics[mfu_metric(prefix)] = mfu
+        analysis.metrics[metric_key(prefix, "mfu_pct")] = mfu
     elif achieved is not None:
         analysis.notes.append("P/mfu_pct is absent: the instance type (peak TFLOPS) is unknown")
     engines = [head.get(f"{e}_engine_active_pct") for e in neuron_explorer.ENGINES if e != "sync"]

@@ -1,19 +1,10 @@
 """Neuron device time that reaches the profiler only through ``prof.events()``.
 
-With ``correlate_device_time=True`` (the seed's setting) TorchNeuron puts device time into
-``key_averages()``: device rows (``Self NEURON``) and, on each CPU operator, the device work it
-launched. When the exported framework trace has device events of its own, the trace engine
-reads them there; when it has none, this adapter reads the profiler's events with the same
-rules as the trace engine, and its numbers go into the same summary:
-
-- when the window has marked ranges (``neuron_mlflow: ...`` markers: each decorated call,
-  each Lightning training step), only operators inside one count: nested in a marker, or in
-  a call tree (another thread's) whose root starts inside a marked range; without marked
-  ranges every operator counts; step and call markers are not operators;
-- each device event counts once, for the operator that launched it (torch links it to that
-  operator's kernel list; ``self_device_time_total`` of a CPU event is exactly its own
-  launches), never by name over the whole profile;
-- the device busy share is the union of the counted device intervals over their span.
+With ``correlate_device_time=True`` TorchNeuron puts device time into ``key_averages()``.
+When the exported framework trace has no device events, this adapter reads the profiler's
+events with the trace engine's rules (docs/metrics.md, "What counts in a window"): only
+operators inside marked ranges count, each device event once, for the operator that
+launched it, and the busy share is the union of the counted device intervals over their span.
 
 Example:
     >>> read_device_times([]).device_us
@@ -97,7 +88,6 @@ def read_device_times(events: Iterable[Any]) -> DeviceTimes:
     """
     events = list(events)
     marks = _marks(events)
-    result = DeviceTimes()
     per_op: dict[str, float] = defaultdict(float)
     per_kernel: dict[str, float] = defaultdict(float)
     counted_ids: set[int] = set()
@@ -124,17 +114,16 @@ def read_device_times(events: Iterable[Any]) -> DeviceTimes:
         for e in device
         if int(getattr(e, "linked_correlation_id", 0) or 0) in counted_ids
     ]
-    result.per_op_us = dict(per_op)
-    result.per_kernel_us = dict(per_kernel)
-    result.counted_events = len(intervals) if device else len(counted_ids)
-    result.outside_events = (
-        (len(device) - len(intervals)) if device else launched - len(counted_ids)
-    )
     busy = Busy()
     for interval in intervals:
         busy.add(interval)
-    result.busy_pct = busy.pct()
-    return result
+    return DeviceTimes(
+        dict(per_op),
+        dict(per_kernel),
+        counted_events=len(intervals) if device else len(counted_ids),
+        outside_events=len(device) - len(intervals) if device else launched - len(counted_ids),
+        busy_pct=busy.pct(),
+    )
 
 
 def with_device_times(summary: OpSummary, times: DeviceTimes) -> OpSummary:

@@ -6,28 +6,9 @@ After a window (off the training thread), when ``neuron-explorer`` is on ``PATH`
     neuron-explorer view -d <profile dir> --output-format summary-json \\
         --output-file <window>/neuron_summary.json
 
-The summary's schema may change between Explorer versions, so every numeric leaf is logged
-generically as ``P/neuron/summary/<path>`` (a single top-level profile id such as
-``n_<hex>`` is dropped from the path; several are kept), plus a short list of headline
-names, from the documented ``Summary`` fields, when present:
-
-=====================================  =======================================================
-``P/neuron/...``                       from (summed over device profiles, or time-weighted)
-=====================================  =======================================================
-``total_time_us``                      ``total_time`` (s): on-device time incl. idle gaps
-``active_time_us``                     ``total_active_time`` (s)
-``<engine>_engine_active_pct``         ``<engine>_engine_active_time_percent``: tensor,
-                                       vector, scalar, gpsimd, sync
-``dma_active_pct``                     ``dma_active_time_percent``
-``mfu_pct``                            ``mfu_estimated_percent``
-``mbu_pct``                            ``mbu_estimated_percent`` (HBM bandwidth used)
-``hbm_bytes``                          ``hbm_read_bytes`` + ``hbm_write_bytes``
-``hardware_flops``, ``model_flops``    the FLOP counts
-=====================================  =======================================================
-
-Percentages: when every ``*_percent`` value in the file is at most 1, the file is taken to
-use a 0-1 scale (seen in third-party parsers) and headline ``_pct`` values are multiplied by
-100; raw leaves are logged as written.
+Every numeric leaf is logged as ``P/neuron/summary/<path>``, plus the headline names of
+docs/neuron.md ("Device level: Neuron Explorer, MFU and the verdict"), from the documented
+``Summary`` fields when present.
 
 Example:
     >>> doc = {"n_1f": {"total_time": 0.002, "tensor_engine_active_time_percent": 0.4}}
@@ -66,27 +47,6 @@ def explorer_path() -> str | None:
     return shutil.which(EXPLORER)
 
 
-def summary_command(executable: str, profile_dir: Path, output_file: Path) -> list[str]:
-    """The documented export command.
-
-    Example:
-        >>> summary_command("neuron-explorer", Path("p"), Path("w/neuron_summary.json"))
-        ... # doctest: +NORMALIZE_WHITESPACE
-        ['neuron-explorer', 'view', '-d', 'p', '--output-format', 'summary-json',
-         '--output-file', 'w/neuron_summary.json']
-    """
-    return [
-        executable,
-        "view",
-        "-d",
-        str(profile_dir),
-        "--output-format",
-        "summary-json",
-        "--output-file",
-        str(output_file),
-    ]
-
-
 def run_summary(profile_dir: Path, output_file: Path, executable: str) -> dict[str, Any]:
     """Run the export with ``executable`` and return the summary (also written to
     ``output_file``).
@@ -98,8 +58,9 @@ def run_summary(profile_dir: Path, output_file: Path, executable: str) -> dict[s
         RuntimeError: it failed, or its output is not JSON (the message has its stderr).
     """
     output_file.parent.mkdir(parents=True, exist_ok=True)
+    command = [executable, "view", "-d", str(profile_dir), "--output-format", "summary-json"]
     done = subprocess.run(
-        summary_command(executable, profile_dir, output_file),
+        [*command, "--output-file", str(output_file)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -149,13 +110,9 @@ def numeric_leaves(data: dict[str, Any]) -> dict[tuple[str, ...], float]:
 
 def _profiles(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Flat dicts of Summary fields: one per device profile (or the document itself)."""
-    nested = [v for v in data.values() if isinstance(v, dict)]
-    if nested and all(isinstance(v, dict) for v in data.values()):
-        flat: list[dict[str, Any]] = []
-        for inner in nested:
-            flat.extend(_profiles(inner) if not _has_fields(inner) else [inner])
-        return flat
-    return [data]
+    if not data or not all(isinstance(v, dict) for v in data.values()):
+        return [data]
+    return [p for v in data.values() for p in ([v] if _has_fields(v) else _profiles(v))]
 
 
 def _has_fields(value: dict[str, Any]) -> bool:

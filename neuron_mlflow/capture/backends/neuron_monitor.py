@@ -3,27 +3,8 @@
 A sampler thread runs ``neuron-monitor -c <config we write>`` (every application group for
 every Neuron runtime on the host, and the system groups, at ``neuron.monitor_period_s``),
 parses each JSON report (one per line on stdout) and hands the samples, batched, to a
-callback that logs them to MLflow on the run's timeline. MLflow's own system metrics know
-NVIDIA and AMD GPUs only; these are named like them:
-
-=============================================  ==============================================
-metric                                         from the report (documented neuron-monitor names)
-=============================================  ==============================================
-``system/neuron/core_<i>/utilization_pct``     ``neuroncore_counters`` ``neuroncore_utilization``
-``system/neuron/core_<i>/flops``               ``neuroncore_counters`` ``flops`` (FLOP/s)
-``system/neuron/device_memory_used_bytes``     ``memory_used`` ``neuron_runtime_used_bytes``
-                                               ``neuron_device`` (summed over runtimes)
-``system/neuron/host_memory_used_bytes``       the same, ``host``
-``system/neuron/execution_errors``             ``execution_stats`` ``error_summary``, all types
-``system/neuron/execution_errors/<type>``      one type (``numerical``; ``numeric`` accepted)
-``system/neuron/executions_completed``         ``execution_summary`` ``completed``
-``system/neuron/device_latency_p50_s``         ``latency_stats`` ``device_latency`` p50 (and p99)
-``system/neuron/runtime_vcpu_pct``             ``neuron_runtime_vcpu_usage`` user + system
-``system/neuron/ecc_uncorrected``              ``neuron_hw_counters``, memory + SRAM, all devices
-=============================================  ==============================================
-
-Counts are as reported for each period. The sampler is started with the session and stopped
-at close; ``stop()`` ends the process and the thread and sends what is left.
+callback that logs them to MLflow on the run's timeline. The metrics and the report fields
+they come from: docs/neuron.md, "Neuron system metrics for the whole job".
 
 Example:
     >>> report = {"neuron_runtime_data": [{"report": {"neuroncore_counters": {
@@ -118,11 +99,8 @@ def parse_report(report: dict[str, Any]) -> dict[str, float]:
             if value is not None:
                 out[system_metric_key(f"device_latency_{pct}_s")] = value
         vcpu = (body.get("neuron_runtime_vcpu_usage") or {}).get("vcpu_usage") or {}
-        if _num(vcpu.get("user")) is not None or _num(vcpu.get("system")) is not None:
-            add(
-                system_metric_key("runtime_vcpu_pct"),
-                (_num(vcpu.get("user")) or 0.0) + (_num(vcpu.get("system")) or 0.0),
-            )
+        add(system_metric_key("runtime_vcpu_pct"), vcpu.get("user"))
+        add(system_metric_key("runtime_vcpu_pct"), vcpu.get("system"))
     hw = ((report.get("system_data") or {}).get("neuron_hw_counters") or {}).get(
         "neuron_devices"
     ) or []
@@ -197,9 +175,6 @@ class NeuronMonitorSampler:
         process = self._process
         assert process is not None and process.stdout is not None
         for line in process.stdout:
-            line = line.strip()
-            if not line:
-                continue
             try:
                 report = json.loads(line)
             except ValueError:

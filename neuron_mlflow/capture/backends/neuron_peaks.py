@@ -1,18 +1,11 @@
 """Documented peak numbers of Trainium chips, for MFU and the compute/memory verdict.
 
-Source: AWS Neuron documentation, ``about-neuron/arch/neuron-hardware/`` (trainium, trainium2,
-trainium3, trn1/trn2/trn3 architecture and neuron-core-v2..v4 pages) and
-``about-neuron/arch/neuron-features/logical-neuroncore-config.rst``, snapshot of 2026-08-21
-(SDK 2.32.0), summarised in ``shared/neuron-tools.md`` section 3. Dense TFLOPS per chip; a
-NeuronCore's share is the chip figure divided by its logical cores (physical cores / LNC),
-as the documentation derives it (Trn2 BF16: 667 / 4 = 166.8 per LNC=2 core). The per-core
-TensorEngine figures of the core pages (Trn2 BF16 79) do not multiply to the chip figure;
+Source: AWS Neuron documentation, ``about-neuron/arch/neuron-hardware/`` and
+``about-neuron/arch/neuron-features/logical-neuroncore-config.rst`` (SDK 2.32.0), summarised
+in ``shared/neuron-tools.md`` section 3. Dense TFLOPS per chip; a NeuronCore's share is the
+chip figure divided by its logical cores (physical cores / LNC), as the documentation derives
+it. The per-core TensorEngine figures of the core pages do not multiply to the chip figure;
 the chip figure is used.
-
-The instance type comes from the Explorer summary's ``instance_type``, else
-``/sys/devices/virtual/dmi/id/product_name`` (EC2 writes the instance type there; the
-worker summarises on the training host); LNC from ``NEURON_LOGICAL_NC_CONFIG``, else the
-family's default.
 
 Example:
     >>> peak = chip_peak("trn2.48xlarge")
@@ -37,37 +30,25 @@ class ChipPeak:
     Attributes:
         family: ``trn1``, ``trn2``, ``trn3``.
         bf16_tflops: dense BF16 TFLOPS per chip.
-        fp8_tflops: dense FP8 TFLOPS per chip (cFP8 on Trn1/Trn2, MXFP8 on Trn3).
-        fp32_tflops: dense FP32 TFLOPS per chip.
         physical_cores: NeuronCores per chip.
         default_lnc: physical cores per logical core by default.
     """
 
     family: str
     bf16_tflops: float
-    fp8_tflops: float
-    fp32_tflops: float
     physical_cores: int
     default_lnc: int
 
-    def logical_cores(self, lnc: int | None = None) -> int:
-        """Logical NeuronCores per chip at ``lnc`` (default: the family's)."""
-        return max(self.physical_cores // (lnc or self.default_lnc), 1)
-
-    def core_tflops(self, lnc: int | None = None, dtype: str = "bf16") -> float:
-        """Dense TFLOPS of one logical NeuronCore (the chip figure over its logical cores)."""
-        chip = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp32": self.fp32_tflops}
-        return chip[dtype] / self.logical_cores(lnc)
+    def core_tflops(self, lnc: int | None = None) -> float:
+        """Dense BF16 TFLOPS of one logical NeuronCore at ``lnc`` (default: the family's):
+        the chip figure over its logical cores."""
+        return self.bf16_tflops / max(self.physical_cores // (lnc or self.default_lnc), 1)
 
 
 PEAKS: dict[str, ChipPeak] = {
-    # Trn1: 2 NC-v2 per chip, no LNC; BF16 190 (cFP8 190, FP32 47.5)
-    "trn1": ChipPeak("trn1", 190.0, 190.0, 47.5, 2, 1),
-    # Trn2: 8 NC-v3 per chip, LNC 1 or 2 (default 2); 667 / 1,299 / 181
-    "trn2": ChipPeak("trn2", 667.0, 1299.0, 181.0, 8, 2),
-    # Trn3: 8 NC-v4 per chip, LNC 1 or 2 (default not documented: 2 assumed); 671 / 2,517
-    # MXFP8 / 183
-    "trn3": ChipPeak("trn3", 671.0, 2517.0, 183.0, 8, 2),
+    "trn1": ChipPeak("trn1", 190.0, 2, 1),  # 2 NC-v2 per chip, no LNC
+    "trn2": ChipPeak("trn2", 667.0, 8, 2),  # 8 NC-v3 per chip, LNC 1 or 2 (default 2)
+    "trn3": ChipPeak("trn3", 671.0, 8, 2),  # 8 NC-v4, LNC 1 or 2 (default undocumented: 2)
 }
 """Documented peaks per chip, by instance family."""
 
