@@ -173,10 +173,8 @@ STEPS_FILE = "steps.jsonl"  # a window's per-step samples (neuron_mlflow/trace/s
 STEP_STATS_KEY = "step_stats"
 """Key, in ``OpSummary.extra``, of the per-step median and IQR of the headline times."""
 HOST_LOAD_TAGS = {
-    "load_avg_1m": "neuron_mlflow.host_load.load_avg_1m",
-    "cpu_steal_pct": "neuron_mlflow.host_load.cpu_steal_pct",
-    "cpu_count": "neuron_mlflow.host_load.cpu_count",
-    "torch_threads": "neuron_mlflow.host_load.torch_threads",
+    name: f"{TAG_PREFIX}host_load.{name}"
+    for name in ("load_avg_1m", "cpu_steal_pct", "cpu_count", "torch_threads")
 }
 """Run tags of the host's load during a window (``engine/host_load.py``; ``compare`` warns
 when two sides differ)."""

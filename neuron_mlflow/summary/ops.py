@@ -187,31 +187,27 @@ def build_summary(
     device_total: float | None = None
     note = None
     if device_label is not None:
-        rows = device_rows if device_rows else raw_ops
-        measured = sum(row.self_device_us or 0.0 for row in rows)
+        measured = sum(row.self_device_us or 0.0 for row in device_rows or raw_ops)
         if measured > 0:
             device_total = measured
         else:
             note = f"{device_label} device time was not captured in this window"
-    ops = []
-    for op in raw_ops:
-        has_device = device_total is not None
-        ops.append(
-            OpStats(
-                name=op.name,
-                calls=op.count / steps,
-                self_cpu_us=op.self_cpu_us / steps,
-                cpu_total_us=op.cpu_total_us / steps,
-                cpu_pct=_share(op.self_cpu_us, cpu_total),
-                self_device_us=(op.self_device_us or 0.0) / steps if has_device else None,
-                device_total_us=(op.device_total_us or 0.0) / steps if has_device else None,
-                device_pct=(
-                    None if device_total is None else _share(op.self_device_us or 0.0, device_total)
-                ),
-                input_shapes=op.input_shapes,
-                flops=op.flops / steps if op.flops is not None else None,
-            )
+    timed = device_total is not None
+    ops = [
+        OpStats(
+            name=op.name,
+            calls=op.count / steps,
+            self_cpu_us=op.self_cpu_us / steps,
+            cpu_total_us=op.cpu_total_us / steps,
+            cpu_pct=_share(op.self_cpu_us, cpu_total),
+            self_device_us=(op.self_device_us or 0.0) / steps if timed else None,
+            device_total_us=(op.device_total_us or 0.0) / steps if timed else None,
+            device_pct=_share(op.self_device_us or 0.0, device_total or 0.0) if timed else None,
+            input_shapes=op.input_shapes,
+            flops=op.flops / steps if op.flops is not None else None,
         )
+        for op in raw_ops
+    ]
     ops.sort(key=lambda o: (-(o.self_device_us or 0.0), -o.self_cpu_us, o.name))
     return OpSummary(
         steps=steps,

@@ -34,11 +34,13 @@ class BaseBackend(abc.ABC):
     Attributes:
         name: the ``ProfilerConfig.backend`` value that selects it.
         device_label: column label of device time (``CUDA``, ``NEURON``), ``None`` if CPU-only.
+        device_activity: the device's ``ProfilerActivity`` member name, ``None`` if CPU-only.
         config: the profiling configuration it serves.
     """
 
     name: ClassVar[str]
     device_label: ClassVar[str | None] = None
+    device_activity: ClassVar[str | None] = None
 
     def __init__(self, config: ProfilerConfig | None = None) -> None:
         self.config = config
@@ -48,9 +50,12 @@ class BaseBackend(abc.ABC):
     def unavailable_reason(cls) -> str | None:
         """``None`` when the backend can run here, else what is missing and how to get it."""
 
-    @abc.abstractmethod
     def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        """``torch.profiler`` activities to record."""
+        """``torch.profiler`` activities to record: the CPU's, and ``device_activity``'s."""
+        from torch.profiler import ProfilerActivity
+
+        device = [getattr(ProfilerActivity, self.device_activity)] if self.device_activity else []
+        return [ProfilerActivity.CPU, *device]
 
     def profiler_kwargs(self, config: ProfilerConfig, output_dir: Path) -> dict[str, Any]:
         """Extra keyword arguments for ``torch.profiler.profile`` (e.g. ``experimental_config``).

@@ -8,12 +8,9 @@ Example:
 from __future__ import annotations
 
 import platform
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from neuron_mlflow.capture.backends.base import BaseBackend
-
-if TYPE_CHECKING:
-    import torch.profiler
 
 
 class CpuBackend(BaseBackend):
@@ -30,11 +27,6 @@ class CpuBackend(BaseBackend):
     @classmethod
     def unavailable_reason(cls) -> str | None:
         return None
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        from torch.profiler import ProfilerActivity
-
-        return [ProfilerActivity.CPU]
 
     def describe(self) -> dict[str, str]:
         return {"backend": self.name, "device": platform.processor() or platform.machine()}

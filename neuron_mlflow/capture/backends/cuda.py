@@ -7,12 +7,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from neuron_mlflow.capture.backends.base import BaseBackend
-
-if TYPE_CHECKING:
-    import torch.profiler
 
 
 class CudaBackend(BaseBackend):
@@ -26,6 +23,7 @@ class CudaBackend(BaseBackend):
 
     name: ClassVar[str] = "cuda"
     device_label: ClassVar[str | None] = "CUDA"
+    device_activity: ClassVar[str | None] = "CUDA"
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -42,11 +40,6 @@ class CudaBackend(BaseBackend):
                 "(check CUDA_VISIBLE_DEVICES and the driver), or use backend='cpu'"
             )
         return None
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        from torch.profiler import ProfilerActivity
-
-        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
     def synchronize(self) -> None:
         import torch

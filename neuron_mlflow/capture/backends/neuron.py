@@ -90,6 +90,7 @@ class NeuronBackend(BaseBackend):
 
     name: ClassVar[str] = "neuron"
     device_label: ClassVar[str | None] = "NEURON"
+    device_activity: ClassVar[str | None] = "PrivateUse1"
 
     def __init__(self, config: ProfilerConfig | None = None) -> None:
         super().__init__(config)
@@ -133,11 +134,6 @@ class NeuronBackend(BaseBackend):
                 "(check the Neuron driver and NEURON_RT_VISIBLE_CORES), or use backend='cpu'"
             )
         return None
-
-    def activities(self) -> list[torch.profiler.ProfilerActivity]:
-        from torch.profiler import ProfilerActivity
-
-        return [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 
     def neuron_config(self, config: ProfilerConfig, output_dir: Path) -> Any:
         """Build ``NeuronConfig`` (docs/neuron.md): an SDK that rejects one of
