@@ -22,7 +22,6 @@ class CpuBackend(BaseBackend):
     """
 
     name: ClassVar[str] = "cpu"
-    device_label: ClassVar[str | None] = None
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def _explorer(
     if mode == "never":
         analysis.notes.append("Neuron Explorer summary: off (neuron.explorer_summary='never')")
         return {}
-    exe = neuron_explorer.explorer_path()
+    exe = shutil.which(neuron_explorer.EXPLORER)
     if exe is None:
         note = (
             "Device-level numbers (P/neuron/..., engine shares, MBU) are absent: "

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,11 +39,6 @@ _PERCENT = {
     "mbu_estimated_percent": "mbu_pct",
 }
 _SUMMED = {"hardware_flops": "hardware_flops", "model_flops": "model_flops"}
-
-
-def explorer_path() -> str | None:
-    """``neuron-explorer`` on ``PATH``, else ``None``."""
-    return shutil.which(EXPLORER)
 
 
 def run_summary(profile_dir: Path, output_file: Path, executable: str) -> dict[str, Any]:
