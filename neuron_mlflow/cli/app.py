@@ -1,16 +1,11 @@
 """The ``neuron-mlflow`` command line: a thin shell over library functions.
 
-Verbs: ``sync`` (upload pending windows), ``compare`` (compare profiled runs), ``download``
-(fetch a window's traces and print the commands that open them), ``summarize`` (the op
-summary of a trace file, without MLflow), ``ingest`` (trace files into MLflow), ``capture``
-(ask a running job for a window: :mod:`neuron_mlflow.cli.capture`, with its own exit codes),
-``run`` (any command, profiled: :mod:`neuron_mlflow.cli.run`; the command's exit code).
-Exit codes: 0 success, 1 failure (a window could not be uploaded; a regression above
-``--fail-above``; the tracking server cannot be reached, or MLflow fails), 2 bad usage
-(including unknown runs, runs without profile metrics, a ``--local-dir`` that is not a
-folder), 3 ``compare --fail-above``: insufficient data to decide (unless
-``--allow-insufficient``). Verbs that read MLflow check first that the tracking server
-answers (:func:`~neuron_mlflow.sinks.reachability.check_reachable`, a few seconds at most)
+Verbs (docs/cli.md): ``sync``, ``compare``, ``download``, ``summarize``, ``ingest`` here;
+``capture`` (:mod:`neuron_mlflow.cli.capture`) and ``run`` (:mod:`neuron_mlflow.cli.run`) have
+exit codes of their own. Exit codes: 0 success, 1 failure (a window could not be uploaded; a
+regression above ``--fail-above``; the tracking server cannot be reached, or MLflow fails), 2
+bad usage, 3 ``compare --fail-above``: insufficient data to decide (unless
+``--allow-insufficient``). Verbs that read MLflow check first that the tracking server answers
 and bound MLflow's HTTP retries, so a server that is down is one line and exit 1 at once.
 Results go to stdout, diagnostics to stderr.
 
@@ -40,19 +35,22 @@ if TYPE_CHECKING:
 
 # Each verb imports what it needs when it runs: `summarize` stays free of mlflow, pydantic and
 # torch, so it starts fast and small.
-
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INSUFFICIENT = 3  # compare --fail-above could not decide
-
-
 TRACE_SHAPE = "a Chrome/Kineto trace is JSON text (.json, or gzip-compressed .json.gz)"
 
 
-def _unreachable(verb: str) -> bool:
-    """Check that the tracking server answers (short, cached); when it does not, say so in
-    one line on stderr and return True (the verb then exits 1)."""
+def fail(verb: str, message: object, code: int) -> int:
+    """Say ``neuron-mlflow VERB: MESSAGE`` on stderr; return the exit ``code``."""
+    print(f"neuron-mlflow {verb}: {message}", file=sys.stderr)
+    return code
+
+
+def unreachable(verb: str) -> bool:
+    """True, said in one line on stderr, when the tracking server does not answer (a check of
+    a few seconds at most, cached)."""
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
     from neuron_mlflow.sinks.reachability import check_reachable
 
@@ -66,9 +64,8 @@ def _unreachable(verb: str) -> bool:
 
 @contextmanager
 def _quiet_mlflow() -> Iterator[None]:
-    """MLflow's INFO lines (a new store's "Creating initial MLflow database tables") off while
-    a verb reads runs (compare, download, capture), unless ``MLFLOW_LOGGING_LEVEL`` (MLflow's
-    own switch) is set."""
+    """MLflow's INFO lines ("Creating initial MLflow database tables") off while a verb reads
+    runs, unless ``MLFLOW_LOGGING_LEVEL`` (MLflow's own switch) is set."""
     import logging
 
     import mlflow  # noqa: F401  (configures MLflow's loggers: quieten them after)
@@ -83,41 +80,17 @@ def _quiet_mlflow() -> Iterator[None]:
         logger.setLevel(before)
 
 
-def run_not_found(run_id: str, tracking_uri: str) -> str:
-    """An unknown run, in the words of every verb (as ``load_profile`` and
-    ``download_window`` say it).
-
-    Example:
-        >>> run_not_found("deadbeef", "sqlite:///mlflow.db")
-        "run 'deadbeef' was not found at sqlite:///mlflow.db"
-    """
-    return f"run {run_id!r} was not found at {tracking_uri}"
-
-
-def _mlflow_failed(verb: str, exc: Exception) -> int:
+def mlflow_failed(verb: str, exc: Exception) -> int:
     """One line on stderr for an MLflow call that failed (not an unknown id); exit 1."""
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
 
     why = " ".join(str(exc).split())
-    uri = current_tracking_uri()
-    print(f"neuron-mlflow {verb}: MLflow failed at {uri}: {why}", file=sys.stderr)
-    return EXIT_FAILURE
-
-
-def _not_a_spool(local_dir: str) -> str | None:
-    """Why ``--local-dir`` cannot be a spool folder (it does not exist, or is a file)."""
-    path = Path(local_dir)
-    if not path.exists():
-        return f"--local-dir {local_dir}: not a spool folder (it does not exist)"
-    if not path.is_dir():
-        return f"--local-dir {local_dir}: not a spool folder (it is not a folder)"
-    return None
+    return fail(verb, f"MLflow failed at {current_tracking_uri()}: {why}", EXIT_FAILURE)
 
 
 def _cannot_make(folder: Path) -> str | None:
     """Why the missing ``folder`` cannot be made (a file on its way, no permission,
-    ``/proc``), or None; what was made to find out is removed again (the verb makes it when
-    it writes there)."""
+    ``/proc``), or None; what was made to find out is removed again."""
     missing = [folder, *(p for p in folder.parents if not p.exists())]
     try:
         folder.mkdir(parents=True)
@@ -266,8 +239,7 @@ def _summarize(args: argparse.Namespace) -> int:
             if not result.summary.ops and not result.device_events:
                 problem = _nothing_to_summarize(path)
     if problem is not None:
-        print(f"neuron-mlflow summarize: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("summarize", problem, EXIT_USAGE)
     summary = result.summary
     shown = replace(summary, ops=summary.ops[: args.top])
     print(render_markdown(shown, title=str(path)), end="")
@@ -301,29 +273,23 @@ def _ingest(args: argparse.Namespace) -> int:
     for path in paths:  # (a folder is searched for traces by ingest)
         problem = None if path.is_dir() else _not_a_trace(path)
         if problem is not None:
-            print(f"neuron-mlflow ingest: {problem}", file=sys.stderr)
-            return EXIT_USAGE
+            return fail("ingest", problem, EXIT_USAGE)
     where = "--local-dir" if args.local_dir else "the spool folder (local_dir)"
     problem = folder_problem(where, local_dir)  # before any run is made
     if problem is not None:
-        print(f"neuron-mlflow ingest: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("ingest", problem, EXIT_USAGE)
     try:
         ProfilerConfig(metric_prefix=args.prefix)
         run_id, record, ranks = ingest(paths, args.run_id, args.experiment, args.prefix, local_dir)
     except (IngestError, TraceFormatError, ValueError) as exc:
-        print(f"neuron-mlflow ingest: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("ingest", exc, EXIT_USAGE)
     except ConnectionError as exc:
-        print(f"neuron-mlflow ingest: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return fail("ingest", exc, EXIT_FAILURE)
     except OSError as exc:
         if exc.filename is None:  # not a file's (a network error): a failure
-            print(f"neuron-mlflow ingest: {' '.join(str(exc).split())}", file=sys.stderr)
-            return EXIT_FAILURE
+            return fail("ingest", " ".join(str(exc).split()), EXIT_FAILURE)
         # a trace that cannot be read, a spool that cannot be written
-        print(f"neuron-mlflow ingest: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("ingest", f"{exc.filename}: {exc.strerror or exc}", EXIT_USAGE)
     for rank, (path, result) in ranks.items():
         print(
             f"rank {rank}: {path} ({result.device_events} device events, "
@@ -343,24 +309,21 @@ def _download(args: argparse.Namespace) -> int:
     dest = Path(args.dest)
     problem = folder_problem("--dest", dest)
     if problem is not None:
-        print(f"neuron-mlflow download: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    if _unreachable("download"):
+        return fail("download", problem, EXIT_USAGE)
+    if unreachable("download"):
         return EXIT_FAILURE
     try:
         code = print_download(MlflowClient(), args.run_id, args.window, dest, sys.stdout, args.open)
     except DownloadError as exc:
-        print(f"neuron-mlflow download: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("download", exc, EXIT_USAGE)
     except OSError as exc:
         if exc.filename is None:  # not a file's (a network error): a failure
-            return _mlflow_failed("download", exc)
+            return mlflow_failed("download", exc)
         # writing under --dest (a full disk, no permission)
-        print(f"neuron-mlflow download: --dest {dest}: cannot write {exc.filename} "
-              f"({exc.strerror or exc})", file=sys.stderr)  # fmt: skip
-        return EXIT_USAGE
+        why = f"--dest {dest}: cannot write {exc.filename} ({exc.strerror or exc})"
+        return fail("download", why, EXIT_USAGE)
     except MlflowException as exc:
-        return _mlflow_failed("download", exc)
+        return mlflow_failed("download", exc)
     return EXIT_OK if code == 0 else EXIT_FAILURE
 
 
@@ -464,17 +427,15 @@ def _expand(client: Any, run_ids: Sequence[str]) -> list[_Unit]:
 def _group(units: Sequence[_Unit]) -> list[tuple[str | None, list[str]]]:
     """Sides in first-seen order: a variant's runs pooled under its name; a plain run alone."""
     sides: list[tuple[str | None, list[str]]] = []
-    where: dict[str, int] = {}
+    pooled: dict[str, list[str]] = {}
     for unit in units:
         if unit.variant is None:
             sides.append((None, [unit.run_id]))
-        elif unit.variant in where:
-            ids = sides[where[unit.variant]][1]
-            if unit.run_id not in ids:
-                ids.append(unit.run_id)
-        else:
-            where[unit.variant] = len(sides)
-            sides.append((unit.variant, [unit.run_id]))
+        elif unit.variant not in pooled:
+            pooled[unit.variant] = [unit.run_id]
+            sides.append((unit.variant, pooled[unit.variant]))
+        elif unit.run_id not in pooled[unit.variant]:
+            pooled[unit.variant].append(unit.run_id)
     return sides
 
 
@@ -571,15 +532,14 @@ def _compare(args: argparse.Namespace) -> int:
 
     bad = _bad_compare_options(args)
     if bad:
-        print(f"neuron-mlflow compare: {bad}", file=sys.stderr)
-        return EXIT_USAGE
-    if _unreachable("compare"):
+        return fail("compare", bad, EXIT_USAGE)
+    if unreachable("compare"):
         return EXIT_FAILURE
     try:
         with bounded_http():
             return _compare_runs(args, MlflowClient())
     except MlflowException as exc:  # not an unknown run (load_profile says that): a failure
-        return _mlflow_failed("compare", exc)
+        return mlflow_failed("compare", exc)
 
 
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
@@ -603,16 +563,15 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
             found = (
                 f" (found: {', '.join(i[:8] for _, ids in sides for i in ids)})" if sides else ""
             )
-            print(
-                "neuron-mlflow compare: give at least two runs or variants to compare (RUN_ID..., "
-                f"a job's parent run, or --experiment NAME --last K){found}",
-                file=sys.stderr,
+            return fail(
+                "compare",
+                "give at least two runs or variants to compare (RUN_ID..., a job's parent run, "
+                f"or --experiment NAME --last K){found}",
+                EXIT_USAGE,
             )
-            return EXIT_USAGE
         loaded = load_profiles(client, (r for _, ids in sides for r in ids), args.prefix)
     except CompareError as exc:
-        print(f"neuron-mlflow compare: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("compare", exc, EXIT_USAGE)
     profiles: list[RunProfile] = []
     for label, ids in sides:
         profile = group_profiles([loaded[r] for r in ids], label)
@@ -636,8 +595,7 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
                 comparison, html_path, args.log_to, args.fail_above, client
             )
         except CompareError as exc:
-            print(f"neuron-mlflow compare: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return fail("compare", exc, EXIT_USAGE)
         for item in written:
             print(f"wrote {item}", file=sys.stderr)
     if args.fail_above is not None:
@@ -650,13 +608,13 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
         for line in unsure:
             print(f"undecided: {line}", file=sys.stderr)
         if unsure and not args.allow_insufficient:
-            print(
-                f"neuron-mlflow compare: insufficient data for --fail-above "
-                f"{args.fail_above:g} (exit {EXIT_INSUFFICIENT}): "
-                f"{undecided_advice(comparison)}; --allow-insufficient exits 0 instead",
-                file=sys.stderr,
+            return fail(
+                "compare",
+                f"insufficient data for --fail-above {args.fail_above:g} (exit "
+                f"{EXIT_INSUFFICIENT}): {undecided_advice(comparison)}; --allow-insufficient "
+                "exits 0 instead",
+                EXIT_INSUFFICIENT,
             )
-            return EXIT_INSUFFICIENT
     return EXIT_OK
 
 
@@ -665,18 +623,16 @@ def _sync(args: argparse.Namespace) -> int:
     from neuron_mlflow.engine.sync import sync_pending
 
     local_dir = args.local_dir or str(ProfilerConfig().local_dir)
-    problem = _not_a_spool(local_dir)
-    if problem is not None and (args.local_dir or Path(local_dir).exists()):
-        # a folder named by hand must be there; the default one may not exist yet
-        print(f"neuron-mlflow sync: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+    exists, made = Path(local_dir).exists(), Path(local_dir).is_dir()
+    if (exists and not made) or (args.local_dir and not exists):  # the default may not exist
+        why = "it is not a folder" if exists else "it does not exist"
+        return fail("sync", f"--local-dir {local_dir}: not a spool folder ({why})", EXIT_USAGE)
     try:
         report = sync_pending(local_dir, include_incomplete=args.include_incomplete)
     except ConnectionError as exc:
-        print(f"neuron-mlflow sync: {exc}; nothing was uploaded", file=sys.stderr)
-        code = EXIT_FAILURE
+        code = fail("sync", f"{exc}; nothing was uploaded", EXIT_FAILURE)
     else:
-        code = _sync_report(report, local_dir, made=problem is None)
+        code = _sync_report(report, local_dir, made)
     if args.prune:  # what was uploaded before (or just now) loses its trace files
         _prune(local_dir)
     return code

@@ -6,9 +6,6 @@ the job reads it within its ``poll_s`` (:mod:`neuron_mlflow.engine.capture_reque
 ranks' heartbeat tags) plus the steps of ``2 x poll_s``, rounded up to a multiple of
 ``--roundup``: every rank reads the request before that step, so all start on it.
 
-The tracking server is checked first (a few seconds at most) and MLflow's HTTP retries are
-bounded, so a server that is down is one line and exit 1 at once.
-
 Exit codes: 0 the request is written (with ``--wait``: every rank's window is in the run),
 1 MLflow failed (or cannot be reached) or a window failed, 2 bad usage (unknown run, bad
 numbers, a run that is not running: :func:`not_running`), 3 refused by a rank (the reason is
@@ -18,6 +15,7 @@ printed), 4 ``--wait`` timed out (what each rank last said is printed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -25,12 +23,11 @@ import time
 import uuid
 from typing import Any
 
+from neuron_mlflow.cli.app import EXIT_FAILURE, EXIT_USAGE, fail, mlflow_failed, unreachable
 from neuron_mlflow.engine.capture_requests import status_request_id
 from neuron_mlflow.naming import CAPTURE_REQUEST_TAG, capture_status_tag
 
 EXIT_DONE = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_TIMEOUT = 4
 
@@ -50,11 +47,8 @@ def heartbeats(tags: dict[str, str]) -> dict[int, dict[str, Any]]:
     beats: dict[int, dict[str, Any]] = {}
     for key, value in tags.items():
         if key.startswith(HEARTBEAT_PREFIX):
-            try:
-                beat = json.loads(value)
-                beats[int(key[len(HEARTBEAT_PREFIX) :])] = beat
-            except ValueError:
-                continue
+            with contextlib.suppress(ValueError):
+                beats[int(key.removeprefix(HEARTBEAT_PREFIX))] = json.loads(value)
     return beats
 
 
@@ -102,6 +96,15 @@ def not_running(status: str, beats: dict[int, dict[str, Any]], now: float) -> st
     return None
 
 
+def _get_run(client: Any, run_id: str) -> Any | None:
+    """The run, or None when MLflow hiccups (said on stderr; the caller asks again)."""
+    try:
+        return client.get_run(run_id)
+    except Exception as exc:
+        print(f"  (MLflow: {type(exc).__name__}; trying again)", file=sys.stderr)
+        return None
+
+
 def _next_heartbeats(
     client: Any, run_id: str, beats: dict[int, dict[str, Any]]
 ) -> dict[int, dict[str, Any]]:
@@ -111,11 +114,8 @@ def _next_heartbeats(
     deadline = time.monotonic() + 2 * poll_s
     while time.monotonic() < deadline:
         time.sleep(min(0.25, poll_s / 2))
-        try:
-            fresh = heartbeats(client.get_run(run_id).data.tags)
-        except Exception as exc:  # as _wait does: try again until the deadline
-            print(f"  (MLflow: {type(exc).__name__}; trying again)", file=sys.stderr)
-            continue
+        run = _get_run(client, run_id)
+        fresh = heartbeats(run.data.tags) if run is not None else {}
         if any(b.get("steps_per_s") for b in fresh.values()):
             return fresh
     return beats
@@ -125,61 +125,46 @@ def run_capture(args: argparse.Namespace) -> int:
     """The ``capture`` verb (see the module docstring)."""
     from mlflow import MlflowClient
 
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
-    from neuron_mlflow.sinks.reachability import bounded_http, check_reachable
+    from neuron_mlflow.sinks.reachability import bounded_http
 
     for name, low in (("steps", 1), ("warmup", 0), ("at_step", 0), ("roundup", 1)):
         value = getattr(args, name)
         if value is not None and value < low:
-            print(f"neuron-mlflow capture: --{name.replace('_', '-')}={value}: need >= {low}",
-                  file=sys.stderr)  # fmt: skip
-            return EXIT_USAGE
-    try:
-        check_reachable(current_tracking_uri())
-    except ConnectionError as exc:
-        print(f"neuron-mlflow capture: {exc}", file=sys.stderr)
+            flag = "--" + name.replace("_", "-")
+            return fail("capture", f"{flag}={value}: need >= {low}", EXIT_USAGE)
+    if unreachable("capture"):
         return EXIT_FAILURE
     with bounded_http():
         return _capture(MlflowClient(), args)
 
 
 def _capture(client: Any, args: argparse.Namespace) -> int:
-    from neuron_mlflow.cli.app import run_not_found
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
     from neuron_mlflow.sinks.profiles import is_not_found
 
     try:
         run = client.get_run(args.run_id)
     except Exception as exc:
-        if is_not_found(exc):
-            unknown = run_not_found(args.run_id, client.tracking_uri)
-            print(f"neuron-mlflow capture: {unknown}", file=sys.stderr)
-            return EXIT_USAGE
-        why = " ".join(str(exc).split())
-        uri = current_tracking_uri()
-        print(f"neuron-mlflow capture: MLflow failed at {uri}: {why}", file=sys.stderr)
-        return EXIT_FAILURE
+        if not is_not_found(exc):
+            return mlflow_failed("capture", exc)
+        unknown = f"run {args.run_id!r} was not found at {client.tracking_uri}"
+        return fail("capture", unknown, EXIT_USAGE)
     beats = heartbeats(run.data.tags)
     why_not = not_running(run.info.status, beats, time.time())
     if why_not is not None:
-        print(f"neuron-mlflow capture: run {args.run_id} is not running ({why_not}): "
-              "it cannot take a request", file=sys.stderr)  # fmt: skip
-        return EXIT_USAGE
+        why_not = f"run {args.run_id} is not running ({why_not}): it cannot take a request"
+        return fail("capture", why_not, EXIT_USAGE)
     if args.at_step is None and beats and not any(b.get("steps_per_s") for b in beats.values()):
         beats = _next_heartbeats(client, args.run_id, beats)  # a first beat has no rate yet
     at_step = args.at_step
     if at_step is None:
         at_step = start_step(beats, args.roundup, time.time())
-    request: dict[str, Any] = {"id": uuid.uuid4().hex[:12]}
-    for key, value in (("steps", args.steps), ("warmup", args.warmup), ("at_step", at_step)):
-        if value is not None:
-            request[key] = value
-    request_id = request["id"]
+    request_id = uuid.uuid4().hex[:12]
+    asked = {"steps": args.steps, "warmup": args.warmup, "at_step": at_step}
+    request = {"id": request_id, **{k: v for k, v in asked.items() if v is not None}}
     try:
         client.set_tag(args.run_id, CAPTURE_REQUEST_TAG, json.dumps(request))
     except Exception as exc:
-        print(f"neuron-mlflow capture: cannot write the request: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return fail("capture", f"cannot write the request: {exc}", EXIT_FAILURE)
     where = f"from step {at_step}" if at_step is not None else "at the next step (no heartbeat)"
     print(f"request {request_id}: {json.dumps(request)} -> run {args.run_id} ({where})")
     if not args.wait:
@@ -191,11 +176,7 @@ def _wait(client: Any, args: argparse.Namespace, request_id: str, ranks: list[in
     deadline = time.monotonic() + args.timeout
     said: dict[int, str] = {}
     while True:
-        try:
-            run = client.get_run(args.run_id)
-        except Exception as exc:  # a server that hiccups: try again until the deadline
-            run = None
-            print(f"  (MLflow: {type(exc).__name__}; trying again)", file=sys.stderr)
+        run = _get_run(client, args.run_id)  # a server that hiccups: asked until the deadline
         if run is not None:
             tags = run.data.tags
             answers = {}
@@ -212,23 +193,22 @@ def _wait(client: Any, args: argparse.Namespace, request_id: str, ranks: list[in
                 return EXIT_FAILURE
             done = {r: s for r, s in answers.items() if s.startswith("done")}
             if len(done) == len(ranks):
-                _print_done(client, run, done)
+                _print_done(run, done)
                 return EXIT_DONE
         if time.monotonic() >= deadline:
             last = ", ".join(
                 f"rank {r} said {said[r].rsplit(' (request ', 1)[0]!r}" if r in said
                 else f"rank {r} said nothing" for r in ranks
             )  # fmt: skip
-            print(
-                f"neuron-mlflow capture: no final answer within {args.timeout:g} s ({last}); "
-                "the request stays in the run",
-                file=sys.stderr,
+            return fail(
+                "capture",
+                f"no final answer within {args.timeout:g} s ({last}); the request stays in the run",
+                EXIT_TIMEOUT,
             )
-            return EXIT_TIMEOUT
         time.sleep(args.interval)
 
 
-def _print_done(client: Any, run: Any, done: dict[int, str]) -> None:
+def _print_done(run: Any, done: dict[int, str]) -> None:
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
 
     status = done[min(done)]

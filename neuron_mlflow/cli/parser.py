@@ -14,8 +14,7 @@ from neuron_mlflow.engine.environment import package_version
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="neuron-mlflow",
-        description="Accelerator profiling windows in MLflow.",
+        prog="neuron-mlflow", description="Accelerator profiling windows in MLflow."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)

@@ -2,28 +2,11 @@
 
 The verb applies ``nm.autolog()`` in every Python process the command starts (``torchrun``'s
 workers included) through a ``sitecustomize`` put first on ``PYTHONPATH``
-(:mod:`neuron_mlflow.cli.site`), enabled by ``NEURON_MLFLOW_AUTOLOG=1``: the convention of
-``opentelemetry-instrument`` and ``ddtrace-run``. Its options are the ``ProfilerConfig``
-fields, spelled as in YAML with ``-`` for ``_`` and ``.`` for nesting (``--backend cpu``,
-``--schedule.warmup 1``, ``--local-dir DIR``; generated from the model, so every field is
-one), plus ``--experiment``, ``--run-name`` and ``--config FILE``; they reach the processes
-as ``NEURON_MLFLOW_*`` variables, so a process reads them as it reads the environment.
-
-One run for the whole command: the verb creates the MLflow run first (``--experiment``,
-``--run-name``; the job id tag) and gives every process ``MLFLOW_RUN_ID``,
-``MLFLOW_TRACKING_URI`` and ``NEURON_MLFLOW_JOB_ID``: each rank logs into it with no
-collective, and the script's own ``mlflow.start_run()`` resumes it (MLflow's convention, as
-under ``mlflow run``). The run ends ``FINISHED`` when the command exits 0, ``KILLED`` when a
-signal ended it, else ``FAILED``. Without a tracking server the verb says so and the
-processes keep their windows in the spool for ``neuron-mlflow sync`` (one job id).
-
-The command runs in a session of its own; SIGINT (Ctrl-C), SIGTERM, SIGHUP, SIGQUIT,
-SIGUSR1 and SIGUSR2 sent to the verb go to its whole process group, once, as a terminal
-sends them to a foreground job (its SIGTERM handler keeps an open window; SIGUSR2 asks each
-process for a window). The exit code is the command's (``128 + N`` when signal ``N`` ended
-it; 127 when it cannot be found, 126 when it cannot be run); a bad option exits 2 with one
-line naming it and what is allowed. With a schedule that opens no window the job can still be
-profiled on demand: ``neuron-mlflow capture RUN_ID`` (the run id is printed first).
+(:mod:`neuron_mlflow.cli.site`), enabled by ``NEURON_MLFLOW_AUTOLOG=1``. Its options are the
+``ProfilerConfig`` fields (generated from the model) plus ``--experiment``, ``--run-name`` and
+``--config FILE``; they reach the processes as ``NEURON_MLFLOW_*`` variables. The verb makes
+one MLflow run for the whole command, forwards signals to its process group and exits with its
+exit code: docs/autolog.md, "neuron-mlflow run".
 
 Example:
     >>> run_command(["--backend", "tpu", "--", "true"])
@@ -51,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from unittest import mock
 
+from neuron_mlflow.cli.app import EXIT_USAGE, fail, folder_problem
+
 if TYPE_CHECKING:
     from neuron_mlflow.config import ProfilerConfig
 
@@ -60,7 +45,6 @@ SITE_DIR = Path(__file__).resolve().parent / "site"
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 """Signals the verb passes on to the command's process group."""
 
-EXIT_USAGE = 2
 EXIT_CANNOT_RUN = 126
 EXIT_NOT_FOUND = 127
 
@@ -101,14 +85,8 @@ def _members(annotation: Any) -> tuple[Any, ...]:
     return (annotation,)
 
 
-def _models(annotation: Any) -> list[type[Any]]:
-    from pydantic import BaseModel
-
-    return [a for a in _members(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-
-
-def _kind(annotation: Any) -> str:
-    args = tuple(a for a in _members(annotation) if a is not type(None))
+def _kind(members: tuple[Any, ...]) -> str:
+    args = tuple(a for a in members if a is not type(None))
     if args == (bool,):
         return "bool"
     if any(typing.get_origin(a) in (tuple, list, set, frozenset) for a in args):
@@ -134,21 +112,21 @@ def field_options(
         >>> [o.env for o in field_options() if o.flag == "--schedule.warmup"]
         ['NEURON_MLFLOW_SCHEDULE__WARMUP']
     """
-    if model is None:
-        from neuron_mlflow.config import ProfilerConfig
+    from pydantic import BaseModel
 
-        model = ProfilerConfig
+    from neuron_mlflow.config import ProfilerConfig
+
     options = []
-    for name, info in model.model_fields.items():
-        nested = _models(info.annotation)
+    for name, info in (model or ProfilerConfig).model_fields.items():
+        members = _members(info.annotation)
+        nested = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
         if nested:
             options.extend(field_options(nested[0], (*prefix, name)))
         else:
             text = (info.description or "").replace("%", "%%")
-            allowed = _literal_values(info.annotation)
-            if allowed:
-                text += f" ({', '.join(allowed)})"
-            options.append(FieldOption((*prefix, name), _kind(info.annotation), text))
+            allowed = ", ".join(_literal_values(info.annotation))
+            text += f" ({allowed})" if allowed else ""
+            options.append(FieldOption((*prefix, name), _kind(members), text))
     return options
 
 
@@ -214,11 +192,18 @@ def _config_env(args: argparse.Namespace, options: Sequence[FieldOption]) -> dic
     return env
 
 
-def _checked_config(env: dict[str, str]) -> ProfilerConfig | str:
-    """The ``ProfilerConfig`` the command's processes will read, or why there is none (one
-    line naming the option, the value and what is allowed)."""
-    from neuron_mlflow.config import ProfilerConfig
+def _checked_config(
+    args: argparse.Namespace, options: Sequence[FieldOption]
+) -> tuple[dict[str, str], ProfilerConfig] | str:
+    """The variables and the ``ProfilerConfig`` the command's processes will read, or why
+    there are none (one line naming the option, the value and what is allowed)."""
+    from neuron_mlflow.config import ProfilerConfig, config_file_problem
 
+    if args.config is not None:  # named as the user gave it, not as the variable it becomes
+        problem = config_file_problem(args.config, "--config")
+        if problem is not None:
+            return problem
+    env = _config_env(args, options)
     try:
         with mock.patch.dict(os.environ, env):
             config = ProfilerConfig()
@@ -228,7 +213,8 @@ def _checked_config(env: dict[str, str]) -> ProfilerConfig | str:
             resolve_backend(config.backend, config)
     except Exception as exc:
         return _problem(exc)
-    return config
+    flag = "local_dir" if getattr(args, "field:local_dir") is None else "--local-dir"
+    return folder_problem(flag, Path(config.local_dir)) or (env, config)
 
 
 def _problem(exc: Exception) -> str:
@@ -244,15 +230,6 @@ def _problem(exc: Exception) -> str:
         where = named[0].flag if named else ".".join(loc) or "options"
         parts.append(f"{where} {error.get('input')!r}: {error.get('msg')}")
     return "; ".join(dict.fromkeys(parts))
-
-
-def _spool_problem(args: argparse.Namespace, config: ProfilerConfig) -> str | None:
-    """Why the spool folder (``--local-dir``, else ``local_dir`` from the environment or
-    ``--config``) cannot be one: it is a file, or it cannot be made; None when it can be."""
-    from neuron_mlflow.cli.app import folder_problem
-
-    given = getattr(args, "field:local_dir", None) is not None
-    return folder_problem("--local-dir" if given else "local_dir", Path(config.local_dir))
 
 
 @dataclass
@@ -293,12 +270,11 @@ def _open_run(config: ProfilerConfig, command: Sequence[str], job_id: str) -> _R
 
 
 def _end_run(run: _Run, status: str) -> None:
-    if not run.created or run.run_id is None:
-        return
-    with contextlib.suppress(Exception):
-        from mlflow import MlflowClient
+    from mlflow import MlflowClient
 
-        MlflowClient(run.tracking_uri).set_terminated(run.run_id, status)
+    if run.created and run.run_id is not None:
+        with contextlib.suppress(Exception):
+            MlflowClient(run.tracking_uri).set_terminated(run.run_id, status)
 
 
 def _child_env(config_env: dict[str, str], run: _Run, job_id: str, reports: str) -> dict[str, str]:
@@ -363,10 +339,8 @@ def _flags_alone(argv: Sequence[str], options: Sequence[FieldOption]) -> list[st
         >>> _flags_alone(["--keep-local", "no", "--top-k", "5", "x"], field_options())
         ['--keep-local', 'no', '--top-k', '5', 'x']
     """
-    flags = set()
-    for option in options:
-        if option.kind == "bool":
-            flags.update({option.flag, "--" + ".".join(option.path)})
+    bools = [option for option in options if option.kind == "bool"]
+    flags = {flag for o in bools for flag in (o.flag, "--" + ".".join(o.path))}
     out = list(argv)
     i = 0
     while i < len(out):
@@ -394,32 +368,19 @@ def run_command(argv: Sequence[str]) -> int:
         args = parser.parse_args(_flags_alone(argv, options))
     except SystemExit as exc:
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        print("neuron-mlflow run: no command: give one after `--` (neuron-mlflow run [options] "
-              "-- COMMAND [ARGS...])", file=sys.stderr)  # fmt: skip
-        return EXIT_USAGE
-    if args.config is not None:  # named as the user gave it, not as the variable it becomes
-        from neuron_mlflow.config import config_file_problem
-
-        problem = config_file_problem(args.config, "--config")
-        if problem is not None:
-            print(f"neuron-mlflow run: {problem}", file=sys.stderr)
-            return EXIT_USAGE
-    config_env = _config_env(args, options)
-    config = _checked_config(config_env)
-    if isinstance(config, str):
-        print(f"neuron-mlflow run: {config}", file=sys.stderr)
-        return EXIT_USAGE
-    problem = _spool_problem(args, config)
-    if problem is not None:  # before a run is made or the command starts
-        print(f"neuron-mlflow run: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(
+            "run",
+            "no command: give one after `--` (neuron-mlflow run [options] -- COMMAND [ARGS...])",
+            EXIT_USAGE,
+        )
+    checked = _checked_config(args, options)
+    if isinstance(checked, str):  # before a run is made or the command starts
+        return fail("run", checked, EXIT_USAGE)
+    config_env, config = checked
     if shutil.which(command[0]) is None and not Path(command[0]).exists():
-        print(f"neuron-mlflow run: command not found: {command[0]}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return fail("run", f"command not found: {command[0]}", EXIT_NOT_FOUND)
     job_id = uuid.uuid4().hex
     with mock.patch.dict(os.environ, config_env):
         run = _open_run(config, command, job_id)
@@ -431,9 +392,8 @@ def run_command(argv: Sequence[str]) -> int:
         try:
             child = subprocess.Popen(command, env=env, start_new_session=True)
         except OSError as exc:
-            print(f"neuron-mlflow run: cannot run {command[0]}: {exc}", file=sys.stderr)
             _end_run(run, "FAILED")
-            return EXIT_CANNOT_RUN
+            return fail("run", f"cannot run {command[0]}: {exc}", EXIT_CANNOT_RUN)
         with _forwarding(child):
             code = child.wait()
         signalled = code < 0

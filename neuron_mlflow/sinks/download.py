@@ -1,24 +1,6 @@
-"""Fetch a window's traces from MLflow and say how to open them.
-
-For a Neuron window (each rank's profile tree under ``traces/rank_<r>/``), the commands are,
-in this order:
-
-1. one ``neuron-explorer view -d <dir> --ingest-only --display-name <run>/<window>/rank_<r>``
-   per rank's profile directory (the ``<instance>_pid_<pid>/<timestamp>/`` folder that holds
-   ``trace_info.pb``: a system or combined profile);
-2. one command for all ranks together when they form one profile tree: a folder that holds
-   several ranks' ``<instance>_pid_<pid>/`` folders (ranks that shared one output folder), or,
-   when each rank has its own system profile, a folder ``all_ranks/`` made next to them of
-   links to every rank's ``<instance>_pid_<pid>/`` folder (Explorer merges system profiles;
-   it does not merge device-only ones);
-3. ``neuron-explorer view -n <neff> -s <ntff> ...`` only for pairs that belong together: in
-   model mode ``neff_<hash>.neff`` with ``<hash>_instid_<i>_vnc_<n>.ntff``; otherwise an
-   ``.ntff`` with the only ``.neff`` of its folder. Empty ``.ntff`` files (cores that a
-   process opened but did not use) are skipped.
-
-For torch traces (any file the trace reader takes: ``*.pt.trace.json[.gz]``, or a
-``.json``/``.json.gz`` file that holds ``traceEvents``, such as one that ``ingest`` logged
-under its own name): open them in Perfetto.
+"""Fetch a window's traces from MLflow and say how to open them: the ``neuron-explorer``
+commands for a Neuron window (per rank, all ranks, device-only ``.neff`` + ``.ntff`` pairs:
+docs/neuron.md, "Open a window in Neuron Explorer"), Perfetto for torch traces.
 
 Example:
     >>> viewer_commands(Path("/nowhere"))
@@ -50,12 +32,11 @@ def list_windows(client: Any, run_id: str, path: str | None = None) -> list[str]
     """Artifact paths of every window folder (``P/step_<first>-<last>``) of the run."""
     found: list[str] = []
     for info in client.list_artifacts(run_id, path):
-        if not info.is_dir:
-            continue
-        if _WINDOW.match(info.path.rsplit("/", 1)[-1]):
+        name = info.path.rsplit("/", 1)[-1]
+        if info.is_dir and _WINDOW.match(name):
             found.append(info.path)
-        elif info.path.rsplit("/", 1)[-1] != "traces":
-            found.extend(list_windows(client, run_id, info.path))
+        elif info.is_dir and name != "traces":
+            found += list_windows(client, run_id, info.path)
     return found
 
 
@@ -96,42 +77,34 @@ def _name(label: str, rank: str | None, *more: str) -> str:
     return "/".join([label, *([f"rank_{rank}"] if rank is not None else []), *more])
 
 
-def _explorer(*args: str | Path) -> str:
-    return shlex.join([EXPLORER, "view", *(str(a) for a in args)])
+def _explorer(display: str, *args: str | Path) -> str:
+    """``neuron-explorer view ARGS``, the profile stored in Explorer under ``display``."""
+    view = [EXPLORER, "view", *map(str, args), "--ingest-only", "--display-name", display]
+    return shlex.join(view)
 
 
-def _system_commands(root: Path, label: str) -> tuple[list[str], list[str]]:
-    """Per-rank ``-d`` commands, and the all-ranks command(s)."""
+def _system_commands(root: Path, label: str) -> list[str]:
+    """Per-rank ``-d`` commands, then the all-ranks one(s)."""
     profiles = sorted(info.parent for info in root.rglob("trace_info.pb"))
     per_rank: dict[str | None, list[Path]] = {}
     for folder in profiles:
         per_rank.setdefault(_rank_of(folder, root), []).append(folder)
-    commands: list[str] = []
-    for rank, folders in sorted(per_rank.items(), key=lambda kv: int(kv[0] or -1)):
-        for folder in folders:
-            extra = [folder.name] if len(folders) > 1 else []
-            display = _name(label, rank, *extra)
-            commands.append(_explorer("-d", folder, "--ingest-only", "--display-name", display))
-    together: list[str] = []
+    commands = [
+        _explorer(_name(label, rank, *([folder.name] if len(folders) > 1 else [])), "-d", folder)
+        for rank, folders in sorted(per_rank.items(), key=lambda kv: int(kv[0] or -1))
+        for folder in folders
+    ]
     processes = {folder.parent for folder in profiles if _PROCESS.search(folder.parent.name)}
-    parents = {p.parent for p in processes}
-    shared = [p for p in sorted(parents) if sum(q.parent == p for q in processes) > 1]
-    for parent in shared:  # ranks that wrote into one output folder
-        together.append(
-            _explorer("-d", parent, "--ingest-only", "--display-name", f"{label}/{ALL_RANKS}")
-        )
-    ranks = [rank for rank in per_rank if rank is not None]
-    if not shared and len(ranks) > 1:
-        combined = root / ALL_RANKS
+    parents = [process.parent for process in processes]
+    together = sorted({p for p in parents if parents.count(p) > 1})  # ranks sharing a folder
+    if not together and len([rank for rank in per_rank if rank is not None]) > 1:
+        together = [root / ALL_RANKS]
         for process in sorted(processes):
-            link = combined / process.name
+            link = together[0] / process.name
             if not link.exists():
-                combined.mkdir(exist_ok=True)
+                together[0].mkdir(exist_ok=True)
                 os.symlink(process.resolve(), link, target_is_directory=True)
-        together.append(
-            _explorer("-d", combined, "--ingest-only", "--display-name", f"{label}/{ALL_RANKS}")
-        )
-    return commands, together
+    return commands + [_explorer(f"{label}/{ALL_RANKS}", "-d", folder) for folder in together]
 
 
 def _device_pairs(root: Path, label: str) -> list[str]:
@@ -146,22 +119,17 @@ def _device_pairs(root: Path, label: str) -> list[str]:
         if len(neffs) != 1:
             continue
         display = _name(label, _rank_of(ntff, root), ntff.stem)
-        commands.append(
-            _explorer("-n", neffs[0], "-s", ntff, "--ingest-only", "--display-name", display)
-        )
+        commands.append(_explorer(display, "-n", neffs[0], "-s", ntff))
     return commands
 
 
 def _is_trace(path: Path) -> bool:
     """A torch/Chrome trace file by its name (``*.pt.trace.json[.gz]``), or a ``.json`` /
     ``.json.gz`` file that :func:`looks_like_trace` (what ``ingest`` takes)."""
-    name = path.name
-    if not path.is_file() or not name.endswith(TRACE_SUFFIXES):
+    if not path.is_file() or not path.name.endswith(TRACE_SUFFIXES):
         return False
-    if name.endswith(TRACE_SUFFIXES[:2]):
-        return True
     try:
-        return looks_like_trace(path)
+        return path.name.endswith(TRACE_SUFFIXES[:2]) or looks_like_trace(path)
     except EOFError:  # a gzip stream cut short
         return False
 
@@ -188,12 +156,9 @@ def viewer_commands(root: Path, label: str = "profile") -> list[str]:
     """
     if not root.is_dir():
         return []
-    per_rank, together = _system_commands(root, label)
-    commands = [*per_rank, *together, *_device_pairs(root, label)]
-    if not commands:
-        for trace in sorted(p for p in root.rglob("*.json*") if _is_trace(p)):
-            commands.append(f"# open {trace} at https://ui.perfetto.dev")
-    return commands
+    commands = [*_system_commands(root, label), *_device_pairs(root, label)]
+    traces = [] if commands else sorted(p for p in root.rglob("*.json*") if _is_trace(p))
+    return commands + [f"# open {trace} at https://ui.perfetto.dev" for trace in traces]
 
 
 def _child_runs(client: Any, run: Any) -> str:
@@ -256,12 +221,7 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
 
 
 def print_download(
-    client: Any,
-    run_id: str,
-    window: str | None,
-    dest: Path,
-    out: TextIO,
-    open_first: bool = False,
+    client: Any, run_id: str, window: str | None, dest: Path, out: TextIO, open_first: bool = False
 ) -> int:
     """The ``download`` verb: fetch, print the commands; with ``open_first``, run the first
     command when ``neuron-explorer`` is on ``PATH``.

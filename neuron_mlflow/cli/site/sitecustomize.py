@@ -1,13 +1,10 @@
 """``neuron-mlflow run``: autolog in every Python process the command starts.
 
-The verb puts this folder first on ``PYTHONPATH`` and sets ``NEURON_MLFLOW_AUTOLOG=1``;
-Python's ``site`` imports this module at start-up in every interpreter that inherits the
-environment (``torchrun``'s workers, ``multiprocessing`` spawns, subprocesses), as
-``opentelemetry-instrument`` and ``ddtrace-run`` do. It first runs the ``sitecustomize`` it
-shadows (the next one on ``sys.path``), then calls
-:func:`neuron_mlflow.integrations.autolog.autolog_from_environment`, which imports nothing
-heavy until the program imports torch, Lightning or Transformers. Nothing here can stop the
-user's program: a failure is one line on stderr and the program runs unprofiled.
+The verb puts this folder first on ``PYTHONPATH`` and sets ``NEURON_MLFLOW_AUTOLOG=1``, so
+``site`` imports this module in every interpreter of the command (docs/autolog.md). It runs
+the ``sitecustomize`` it shadows, then
+:func:`neuron_mlflow.integrations.autolog.autolog_from_environment`; a failure is one line on
+stderr and the program runs unprofiled.
 """
 
 import os
