@@ -544,7 +544,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
     from neuron_mlflow.errors import CompareError
-    from neuron_mlflow.sinks.comparison_files import check_log_to
+    from neuron_mlflow.sinks.comparison_files import check_log_to, publish_comparison
     from neuron_mlflow.sinks.profiles import load_profiles
     from neuron_mlflow.summary.comparison import (
         RunProfile,
@@ -575,8 +575,7 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
     profiles: list[RunProfile] = []
     for label, ids in sides:
         profile = group_profiles([loaded[r] for r in ids], label)
-        taken = {p.run_id for p in profiles}
-        if profile.run_id in taken:  # the same run on both sides: keep the rows apart
+        if profile.run_id in {p.run_id for p in profiles}:  # the same run twice: keep rows apart
             profile = replace(profile, run_id=f"{profile.run_id}#{len(profiles) + 1}")
         profiles.append(profile)
     comparison = compare_profiles(
@@ -587,8 +586,6 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
             print(line, file=sys.stderr)
     print(comparison.render(args.format), end="")
     if args.html or args.log_to:
-        from neuron_mlflow.sinks.comparison_files import publish_comparison
-
         html_path = Path(args.html) if args.html else None
         try:
             written = publish_comparison(

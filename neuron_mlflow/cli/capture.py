@@ -1,10 +1,8 @@
 """``neuron-mlflow capture RUN_ID``: ask a running job for a window, and wait for it.
 
-The request is the run tag ``neuron_mlflow.capture.request`` (JSON with a new request id);
-the job reads it within its ``poll_s`` (:mod:`neuron_mlflow.engine.capture_requests`). Unless
-``--at-step`` says otherwise, the start step is the furthest rank's current step (from the
-ranks' heartbeat tags) plus the steps of ``2 x poll_s``, rounded up to a multiple of
-``--roundup``: every rank reads the request before that step, so all start on it.
+The request is the run tag ``neuron_mlflow.capture.request``, read by the job within its
+``poll_s`` (:mod:`neuron_mlflow.engine.capture_requests`; docs/on-demand.md); it starts on
+:func:`start_step` unless ``--at-step`` says otherwise.
 
 Exit codes: 0 the request is written (with ``--wait``: every rank's window is in the run),
 1 MLflow failed (or cannot be reached) or a window failed, 2 bad usage (unknown run, bad

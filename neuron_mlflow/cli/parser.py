@@ -206,11 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     capture.add_argument("--interval", type=float, default=0.5, metavar="S",
                          help=argparse.SUPPRESS)  # fmt: skip
-    verbs.add_parser(
+    verbs.add_parser(  # listed only: main() hands `run` to cli/run.py before parsing
         "run",
         help="run any command with autolog in every Python process it starts (one MLflow run)",
-        description="neuron-mlflow run [options] -- COMMAND [ARGS...]: see `neuron-mlflow run "
-        "--help` (cli/run.py parses its options, generated from ProfilerConfig).",
         add_help=False,
     )
     ingest.add_argument("paths", nargs="+", metavar="PATH")

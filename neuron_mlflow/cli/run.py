@@ -173,10 +173,6 @@ def build_run_parser(options: Sequence[FieldOption]) -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(text: str) -> str:
-    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
-
-
 def _config_env(args: argparse.Namespace, options: Sequence[FieldOption]) -> dict[str, str]:
     env: dict[str, str] = {}
     for option in options:
@@ -221,7 +217,7 @@ def _problem(exc: Exception) -> str:
     """One line: each bad option with its value and what is allowed."""
     errors = getattr(exc, "errors", None)
     if not isinstance(errors, list) or not errors:
-        return _one_line(str(exc))
+        return " ".join(str(exc).split())
     options = sorted(field_options(), key=lambda o: -len(o.path))
     parts = []
     for error in errors:
@@ -261,7 +257,7 @@ def _open_run(config: ProfilerConfig, command: Sequence[str], job_id: str) -> _R
     except Exception as exc:
         print(
             f"neuron-mlflow run: could not create an MLflow run at {uri} ({type(exc).__name__}: "
-            f"{_one_line(str(exc))[:300]}); each process keeps its windows in the spool for "
+            f"{' '.join(str(exc).split())[:300]}); each process keeps its windows in the spool for "
             "`neuron-mlflow sync` (one job)",
             file=sys.stderr,
         )
@@ -302,11 +298,9 @@ def _forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
             os.killpg(child.pid, signum)
 
     previous = {}
-    for name in FORWARDED:
-        number = getattr(signal, name, None)
-        if number is not None:
-            with contextlib.suppress(ValueError, OSError):
-                previous[number] = signal.signal(number, forward)
+    for number in (signal.Signals[name] for name in FORWARDED):
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            previous[number] = signal.signal(number, forward)
     try:
         yield
     finally:

@@ -176,18 +176,8 @@ def _child_runs(client: Any, run: Any) -> str:
 
 
 def download_window(client: Any, run_id: str, window: str | None, dest: Path) -> tuple[str, Path]:
-    """Download the traces of ``window`` (default: the latest) into ``dest``.
-
-    Returns:
-        ``(window path, local traces folder)``.
-
-    MLflow's HTTP retries are bounded and its download progress bars are off meanwhile.
-
-    Raises:
-        DownloadError: the run or window does not exist (a run without windows but with child
-            runs lists them), the window has no traces, or ``dest`` cannot be made (a file).
-        MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
-    """
+    """Download the traces of ``window`` (default: the latest) into ``dest``: the window's
+    path and the local traces folder; a run without windows but with child runs lists them."""
     from mlflow.exceptions import MlflowException
 
     from neuron_mlflow.sinks.profiles import is_not_found, quiet_downloads
