@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from neuron_mlflow.engine.session import ProfilingSession
 from neuron_mlflow.engine.stages import StageWindows, check_ranks, check_stages
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.worker import WorkerClient
+from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.summary.ops import OpSummary
 
 
@@ -59,6 +61,7 @@ class Attachment:
             prefix ``<metric_prefix>/<stage>``); ``all_stages`` lists every stage the front
             end knows (their windows exist, unprofiled, so that checkpoint state round-trips).
         ranks: global ranks that capture (default: all).
+        name: the front end's name, which starts its warnings.
 
     Raises:
         ConfigError: a bad stage or rank (the message lists what is allowed).
@@ -73,8 +76,10 @@ class Attachment:
         stages: str | Iterable[str] = ("train",),
         ranks: Iterable[int] | None = None,
         all_stages: Iterable[str] | None = None,
+        name: str = "neuron-mlflow",
     ) -> None:
         self.config = config
+        self.name = name
         self.stages = check_stages(stages, None if all_stages is None else tuple(all_stages))
         self.ranks = check_ranks(ranks)
         self.backend_name = resolve_backend(config.backend, config).name  # fail now
@@ -101,12 +106,10 @@ class Attachment:
 
     @property
     def run_id(self) -> str | None:
-        """The MLflow run windows are logged to (known after :meth:`start`)."""
         return self.options.run_id if self.options is not None else None
 
     @property
     def summaries(self) -> dict[str, OpSummary]:
-        """The last window's op summary of each stage this rank captured."""
         return {s: w.summary for s, w in self.windows.items() if w.summary is not None}
 
     def start(
@@ -119,17 +122,8 @@ class Attachment:
     ) -> None:
         """The framework's loop is set up: this process's options (decided once,
         :meth:`Options.resolve`), the worker started early (it imports MLflow before the first
-        window), the system metrics. Call it on every rank (``broadcast`` is the front end's
-        one collective). Idempotent."""
-        self.guard(self._start, rank, world_size, run, broadcast)
-
-    def _start(
-        self,
-        rank: int | None,
-        world_size: int | None,
-        run: tuple[str | None, str | None] | None,
-        broadcast: Broadcast | None,
-    ) -> None:
+        window), the system metrics. Call it on every rank, in the front end's guard
+        (``broadcast`` is the front end's one collective). Idempotent."""
         if self.options is None:
             self.options = Options.resolve(
                 self.config, ranks=self.ranks, rank=rank, world_size=world_size, run=run,
@@ -161,12 +155,9 @@ class Attachment:
         )
 
     def start_watch(self) -> None:
-        """The loop starts: capture requests and the slow-step trigger, read for the first
-        profiled stage. Start it after the framework took note of the signal handlers in
-        place (Lightning puts those back at its end, even after an exception)."""
-        self.guard(self._start_watch)
-
-    def _start_watch(self) -> None:
+        """The loop starts (in the front end's guard): capture requests and the slow-step
+        trigger, read for the first profiled stage. Start it after the framework took note
+        of the signal handlers in place (Lightning puts those back at its end)."""
         windows = self.windows[self.stages[0]]
         options = self.options
         if windows.watch is None and not self.off and options is not None:
@@ -174,6 +165,18 @@ class Attachment:
                 windows, rank=options.rank or 0, world_size=options.world_size or 1,
                 run_id=options.run_id, tracking_uri=options.tracking_uri,
             )  # fmt: skip
+
+    def restart(
+        self, stage: str, step: int, planned: float | None, detail: str, quiet: bool = True
+    ) -> None:
+        """A run of ``stage`` starts at ``step`` (:meth:`StageWindows.restart`); on rank 0,
+        once per stage, a warning when its schedule cannot complete a window in the
+        ``planned`` steps (``detail``: where that number comes from)."""
+        windows = self.windows[stage]
+        windows.restart(step, quiet)
+        message = windows.plan_warning(stage, planned, step, detail)
+        if message is not None and (self.options is None or self.options.rank == 0):
+            warnings.warn(f"{self.name}: {message}", NeuronMlflowWarning, stacklevel=2)
 
     def turn_off(self, exc: BaseException | None = None) -> None:
         """Stop profiling for good in this front end (a failure of ours)."""
@@ -213,9 +216,7 @@ class Attachment:
         end_run(run, self._raised)  # (never raises)
 
     def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker process
-        has uploaded every window handed to it; True when none is left. A window it could not
-        upload stays in ``local_dir`` for ``neuron-mlflow sync`` (reported once, a warning)."""
+        """See :meth:`AttachedFrontEnd.wait`."""
         timeout = self.config.upload_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         done = True
@@ -225,11 +226,9 @@ class Attachment:
         return done
 
     def state_dict(self) -> dict[str, Any]:
-        """Which windows each stage has logged, so a resumed run does not log them again."""
         return {"version": 1, "done": {s: sorted(w.done) for s, w in self.windows.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (missing keys read as defaults)."""
         for stage, done in state_dict.get("done", {}).items():
             if stage in self.windows:
                 self.windows[stage].done.update(int(i) for i in done)
@@ -257,7 +256,9 @@ class AttachedFrontEnd:
         ``overrides``, checked, and its :class:`Attachment`."""
         base = config if config is not None else ProfilerConfig()
         self.config = base.with_overrides(**overrides)
-        self.attachment = Attachment(self.config, stages, ranks, all_stages=all_stages)
+        self.attachment = Attachment(
+            self.config, stages, ranks, all_stages, name=type(self).__name__
+        )
         self.stages = self.attachment.stages
         self.ranks = self.attachment.ranks
 

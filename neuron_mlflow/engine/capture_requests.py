@@ -1,27 +1,14 @@
 """Windows on demand: capture requests read while the job runs, and slow steps that ask.
 
-A request says how many steps to record (``steps``, default the schedule's ``active``),
-``warmup`` steps before them (default the schedule's ``warmup``) and optionally the step to
-start at (``at_step``). It arrives four ways, with one meaning:
-
-- the run tag ``neuron_mlflow.capture.request`` (JSON; ``neuron-mlflow capture`` writes it,
-  a person can type it in the MLflow UI), read every ``poll_s`` by a background thread;
-- the file ``<local_dir>/capture`` (the same JSON, or empty for the defaults), read by the
-  same thread: for hosts without a tracking server;
-- a signal (``capture_signal``, ``SIGUSR2`` by default, installed only where the job has no
-  handler of its own): the handler only sets a flag;
-- :class:`~neuron_mlflow.engine.slow_steps.SlowStepDetector` (``ProfilerConfig.trigger``).
-
-The training thread only checks :attr:`OnDemand.hot` at each step begin (one attribute read
-when nothing is asked); it takes queued requests there (``request_window`` mutates session
-state) and answers each through the background thread: the run tag
-``neuron_mlflow.capture.status.rank.<r>`` and the file ``<local_dir>/capture.status.rank.<r>``
-(``accepted: ...``, ``waiting: ...``, ``done: <window> in run <id>``, ``refused: <reason>``,
-each ending with ``(request <id>)``). The same thread writes this rank's heartbeat (tag
-``neuron_mlflow.capture.heartbeat.rank.<r>``: step, steps per second, ``poll_s``) and the mean
-step time of each poll interval (metric ``system/step_time_s``, rank 0). A slow or unreachable
-server costs the training thread nothing: every MLflow call is on the background thread,
-behind a short cached reachability check.
+A request (JSON: ``id``, ``steps``, ``warmup``, ``at_step``, all optional) comes from the run
+tag ``neuron_mlflow.capture.request`` or the file ``<local_dir>/capture``, both read every
+``poll_s`` by a background thread, or from a signal (``capture_signal``, installed only where
+the job has no handler of its own; the handler only sets a flag); slow steps ask through
+:class:`~neuron_mlflow.engine.slow_steps.SlowStepDetector`. The training thread reads
+:attr:`OnDemand.hot` at each step begin and takes the requests there (``request_window``
+mutates session state); every answer, the heartbeat and the step-time metric go out on the
+background thread, behind a short cached reachability check, so a slow or unreachable server
+costs the training thread nothing. The protocol: ``docs/on-demand.md``.
 
 Example:
     >>> parse_request('{"steps": 3, "id": "a1"}', "tag", max_steps=50)
@@ -90,16 +77,6 @@ class CaptureRequest:
     source: str = "tag"
 
 
-def derived_id(source: str, text: str) -> str:
-    """The id of a request written without one: the source and a digest of its text.
-
-    Example:
-        >>> derived_id("tag", '{"steps": 3}')
-        'tag-3d15834e'
-    """
-    return f"{source}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
-
-
 def _count(data: dict[str, Any], key: str, low: int, high: int | None, cap: str) -> int | None:
     value = data.get(key)
     if value is None:
@@ -114,13 +91,14 @@ def _count(data: dict[str, Any], key: str, low: int, high: int | None, cap: str)
 
 
 def parse_request(text: str, source: str, max_steps: int, id_salt: str = "") -> CaptureRequest:
-    """Read a request (JSON object, or empty text for the defaults).
+    """Read a request (JSON object, or empty text for the defaults); one without an id gets
+    ``<source>-<digest of the text and id_salt>``.
 
     Raises:
         BadRequest: malformed JSON, not an object, unknown keys, a bad id, steps below 1 or
             above ``max_steps``, warmup below 0 or above ``max_steps``, at_step below 0.
     """
-    fallback = derived_id(source, text + id_salt)
+    fallback = f"{source}-{hashlib.sha1((text + id_salt).encode()).hexdigest()[:8]}"
     stripped = text.strip()
     if not stripped:
         return CaptureRequest(fallback, source=source)
@@ -269,10 +247,14 @@ class OnDemand:
 
     # -- life cycle ------------------------------------------------------------------
 
-    def start(self) -> OnDemand:
-        """Install the signal handler (main thread) and start the background thread."""
-        _install_signal(self.config.capture_signal, self)
-        if self.config.poll_s > 0:
+    def start(self) -> OnDemand | None:
+        """Install the signal handler (main thread) and start the background thread; ``None``
+        when the config asks for nothing on demand (no polling, no trigger, no signal)."""
+        config = self.config
+        if config.poll_s <= 0 and config.trigger is None and config.capture_signal is None:
+            return None
+        _install_signal(config.capture_signal, self)
+        if config.poll_s > 0:
             self._thread = threading.Thread(
                 target=self._loop, name=f"neuron-mlflow-capture-{self.rank}", daemon=True
             )
@@ -455,7 +437,7 @@ class OnDemand:
                     continue
                 status = record.status
                 if status == "done" and manifest.get("run_id"):
-                    answer = f"done: {window_run_path(artifact_path, manifest['run_id'])}"
+                    answer = f"done: runs:/{manifest['run_id']}/{artifact_path}"
                 elif status == "incomplete":
                     answer = f"failed: {manifest.get('error') or 'incomplete'}"
                 elif manifest.get("handled"):
@@ -557,36 +539,13 @@ class OnDemand:
             log.debug("neuron-mlflow: capture poll of run %s failed: %s", run_id, exc)
 
 
-def window_run_path(artifact_path: str, run_id: str) -> str:
-    """Where a window is: ``runs:/<run>/<artifact path>``.
-
-    Example:
-        >>> window_run_path("profile/step_000001-000003", "abc")
-        'runs:/abc/profile/step_000001-000003'
-    """
-    return f"runs:/{run_id}/{artifact_path}"
-
-
-def wanted(config: ProfilerConfig) -> bool:
-    """Does ``config`` ask for anything on demand (polling, a trigger or a signal)?
-
-    Example:
-        >>> wanted(ProfilerConfig(poll_s=0, capture_signal=None))
-        False
-    """
-    return config.poll_s > 0 or config.trigger is not None or config.capture_signal is not None
-
-
 def start_for_session(session: Any, run: Callable[[], str | None]) -> OnDemand | None:
     """The watcher of a :class:`~neuron_mlflow.engine.session.ProfilingSession` driven by the
     decorator or a ``with`` block (its steps are the session's own), started; ``run`` gives
     the run its events go to (the session's, as far as it knows it now)."""
-    config = session.config
-    if not wanted(config):
-        return None
     rank, world_size = session._rank()
     return OnDemand(
-        config,
+        session.config,
         session.prefix,
         rank=rank,
         world_size=world_size,
@@ -605,11 +564,8 @@ def start_for_stage(
     the first profiled stage of an :class:`~neuron_mlflow.engine.attach.Attachment`, which
     the Lightning and Hugging Face callbacks and ``autolog`` share), started; ``None`` when
     nothing is asked for."""
-    config = windows.config
-    if not wanted(config):
-        return None
     return OnDemand(
-        config,
+        windows.config,
         windows.prefix,
         rank=rank,
         world_size=world_size,

@@ -107,8 +107,7 @@ class StageWindows:
         self.open_step: int | None = None
         self.next_step = 0
         """The number of the stage's next step (kept by the front end)."""
-        self.metric_step = 0
-        """The MLflow step of the window being logged."""
+        self.metric_step = 0  # the MLflow step of the window being logged
         self.plan_checked = False
         self._open_session = open_session
         self.quiet_until = self._first_start(0)

@@ -1,40 +1,13 @@
 """``nm.autolog()``: every training loop of this process profiled, without code changes.
 
-From the call on, in this process (MLflow's ``autolog`` convention):
-
-- every Lightning ``Trainer`` (``lightning.pytorch``) gets a
-  :class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback`, and every
-  ``transformers.Trainer`` (subclasses included) an ``HfProfilerCallback``, unless the user
-  already gave it one: ``Trainer.__init__`` is wrapped when the framework is imported, now or
-  later (a post-import hook; a framework never imported is never touched);
-- any other loop is profiled by its steps, found through PyTorch's global optimizer hook
-  (``torch.optim.optimizer.register_optimizer_step_post_hook``): each ``optimizer.step()`` of
-  the first optimizer stepped (the *clock*) ends one step and begins the next. The steps of a
-  Lightning ``fit`` or a Transformers ``train`` are their callback's and are not counted
-  here; neither are the steps of a loop while an ``nm.profile`` of this process is open (its
-  ``prof.step()`` owns them, as torch's ``KinetoStepTracker`` never counts a step twice).
-
-Several optimizers (a GAN's two, a critic stepped five times per generator step): only the
-clock's steps count; the others' steps fall inside the clock's steps. When the clock is
-garbage collected (a new optimizer for a new phase), the next optimizer stepped becomes the
-clock and the step numbers go on. A loop that never steps an optimizer (inference, a
-hand-written update) has no steps to find: one :class:`~neuron_mlflow.errors.
-NeuronMlflowWarning` says so, when autolog is disabled or at exit, and names what to do
-instead (``nm.profile``). At exit an open window is handed over (partial; incomplete after an
-uncaught exception) and the process waits, at most ``upload_timeout_s``, for its windows'
-uploads, as an unclosed ``nm.profile`` does.
-
-With ``MLFLOW_RUN_ID`` set (``neuron-mlflow run`` sets it), a Lightning ``MLFlowLogger`` made
-without a ``run_id`` logs into that run (by itself it ignores the variable; Transformers'
-``MLflowCallback`` honours it), so the loss curves and the windows share one run.
-
-``autolog(disable=True)`` removes the hook and the patches (trainers made before keep their
-callback). A failure of ours while patching is a warning, never the user's error.
-
-``neuron-mlflow run`` applies the same in every Python process of a command: its
-``sitecustomize`` calls :func:`autolog_from_environment` when ``NEURON_MLFLOW_AUTOLOG=1``
-(configuration from the ``NEURON_MLFLOW_*`` variables). That path imports nothing heavy until
-the user's program imports torch, Lightning or Transformers.
+From the call on (MLflow's ``autolog`` convention), every Lightning ``Trainer`` gets a
+:class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback` and every
+``transformers.Trainer`` an ``HfProfilerCallback``, unless it has one (``Trainer.__init__``
+is wrapped by a post-import hook when the framework is imported, now or later), and any other
+loop is profiled by the steps of the first optimizer stepped, the *clock* (torch's global
+optimizer step hook), unless a Trainer's callback or an open ``nm.profile`` owns its steps.
+``neuron-mlflow run``'s ``sitecustomize`` calls :func:`autolog_from_environment`. What a
+step is, the run, the exit and the one warning when nothing was profiled: ``docs/autolog.md``.
 
 Example:
     >>> import tempfile, torch
@@ -59,6 +32,7 @@ import atexit
 import contextlib
 import functools
 import importlib
+import importlib.util
 import os
 import sys
 import time
@@ -271,19 +245,12 @@ class _PostImportFinder:
         hook = self.hooks.get(fullname)
         if hook is None or fullname in self._finding:
             return None
-        self._finding.add(fullname)
+        self._finding.add(fullname)  # the other finders' answer, then our loader around it
         try:
-            spec: ModuleSpec | None = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
+            spec = importlib.util.find_spec(fullname)
         finally:
             self._finding.discard(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        if spec is None or not hasattr(spec.loader, "exec_module"):
             return spec
         hooked: Any = _HookedLoader(spec.loader, fullname, hook)  # (a Loader by its methods)
         spec.loader = hooked
@@ -381,11 +348,8 @@ def _lightning_callbacks(given: Any) -> list[Any] | None:
     from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
 
     callbacks = [] if given is None else list(given) if isinstance(given, list | tuple) else [given]
-    if any(isinstance(c, NeuronProfilerCallback) for c in callbacks):
-        return None
-    callback = NeuronProfilerCallback(config=_config())
-    _state.callbacks.add(callback)
-    return [*callbacks, callback]
+    callback = _new_callback(NeuronProfilerCallback, callbacks)
+    return None if callback is None else [*callbacks, callback]
 
 
 def _patch_transformers(module: ModuleType) -> None:
@@ -407,23 +371,34 @@ def _patch_transformers(module: ModuleType) -> None:
 def _add_hf_callback(trainer: Any) -> None:
     # by name: the Hugging Face front end is the only module importing transformers
     module = importlib.import_module("neuron_mlflow.integrations.transformers")
-    hf_callback = module.HfProfilerCallback
-    if any(isinstance(c, hf_callback) for c in trainer.callback_handler.callbacks):
-        return
-    callback = hf_callback(config=_config())
+    callback = _new_callback(module.HfProfilerCallback, trainer.callback_handler.callbacks)
+    if callback is not None:
+        trainer.add_callback(callback)
+
+
+def _new_callback(kind: type, present: list[Any]) -> Any:
+    """A new ``kind`` callback (waited for at exit); ``None`` when ``present`` has one."""
+    if any(isinstance(c, kind) for c in present):
+        return None
+    callback = kind(config=_config())
     _state.callbacks.add(callback)
-    trainer.add_callback(callback)
+    return callback
 
 
 def _guarded(fn: Callable[..., Any], *args: Any) -> Any:
-    """Our code inside a Trainer's ``__init__``: strict mode raises, else one warning."""
+    """Our code inside a Trainer's ``__init__``."""
     try:
         return fn(*args)
     except Exception as exc:
-        if _state.config is not None and _state.config.strict:
-            raise
-        _warn(f"neuron-mlflow autolog: {type(exc).__name__}: {exc}; this Trainer runs unprofiled")
+        _failed(exc, "this Trainer")
         return None
+
+
+def _failed(exc: Exception, what: str) -> None:
+    """A failure of ours: raised in strict mode, else one warning (``what`` runs unprofiled)."""
+    if _state.config is not None and _state.config.strict:
+        raise exc
+    _warn(f"neuron-mlflow autolog: {type(exc).__name__}: {exc}; {what} runs unprofiled")
 
 
 # -- any other loop: the optimizer hook ------------------------------------------------------
@@ -455,23 +430,16 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 def _new_loop() -> _Loop | None:
     try:
         loop = _Loop(_config())
-    except Exception as exc:
-        _disable_hook_after(exc)
+    except Exception as exc:  # loops cannot be profiled here (a bad configuration, say)
+        hook, _state.hook = _state.hook, None
+        if hook is not None:
+            hook.remove()
+        _failed(exc, "the training loop")
         return None
     # our exit hook runs before the engine's (atexit runs the last registered first)
     atexit.unregister(_at_exit)
     atexit.register(_at_exit)
     return loop
-
-
-def _disable_hook_after(exc: Exception) -> None:
-    """Profiling loops cannot start here (a bad configuration, say): one warning, hook off."""
-    hook, _state.hook = _state.hook, None
-    if hook is not None:
-        hook.remove()
-    if _state.config is not None and _state.config.strict:
-        raise exc
-    _warn(f"neuron-mlflow autolog: {type(exc).__name__}: {exc}; the training loop runs unprofiled")
 
 
 class _Loop:
@@ -499,8 +467,8 @@ class _Loop:
         windows = self.windows
         if not self.started:
             self.started = True
-            self.attach.start(broadcast=_broadcast())
-            self.attach.start_watch()
+            self.attach.guard(self.attach.start)
+            self.attach.guard(self.attach.start_watch)
         else:
             windows.next_step += 1
             if not windows.end_quiet():
@@ -508,37 +476,17 @@ class _Loop:
         if not windows.begin_quiet(windows.next_step):
             self.attach.guard(windows.begin, windows.next_step)
 
-    def end(self, exc: BaseException | None, wait: bool) -> None:
-        if exc is not None:
-            self.attach.abort(exc)  # the window keeps its capture (incomplete)
-        self.attach.end()
-        if wait:
-            self.attach.wait()
-
-
-def _broadcast() -> Callable[[Any], Any] | None:
-    """Rank 0's value to every rank through ``torch.distributed`` when a job of several
-    processes has its process group (only used when ``neuron-mlflow run`` did not give the
-    run and the job id in the environment): once, at the loop's first step."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return None
-
-    def broadcast(value: Any) -> Any:
-        objects = [value]
-        dist.broadcast_object_list(objects, src=0)
-        return objects[0]
-
-    return broadcast
-
 
 def _end_loop(wait: bool, exc: BaseException | None = None) -> None:
     loop, _state.loop = _state.loop, None
     if loop is not None:
         _state.last_loop = loop
         with contextlib.suppress(Exception):
-            loop.end(exc, wait)
+            if exc is not None:
+                loop.attach.abort(exc)  # the window keeps its capture (incomplete)
+            loop.attach.end()
+            if wait:
+                loop.attach.wait()
 
 
 # -- the end of the process --------------------------------------------------------------------

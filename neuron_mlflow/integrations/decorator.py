@@ -95,7 +95,7 @@ class Profiler:
         """Wait (at most ``timeout_s``, default ``upload_timeout_s``) until the worker has
         uploaded this profiler's windows; True when none is left. Call it before measuring
         something else in the same process, so that our upload does not share the CPU with
-        it (the main job does, between variants)."""
+        it."""
         timeout = self.config.upload_timeout_s if timeout_s is None else timeout_s
         return bool(self.session.guarded(self.session.wait, timeout))
 

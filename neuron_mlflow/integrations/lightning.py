@@ -1,15 +1,10 @@
 """The Lightning front end: :class:`NeuronProfilerCallback`.
 
-A thin callback over the engine: it says when a step begins and ends in each stage, which run
-to use, and which ranks capture. Window bookkeeping is the engine's
-(:class:`~neuron_mlflow.engine.stages.StageWindows`). The hooks are plain methods: each stage's
-four hooks call one of four step functions with its row of the stage table
+Lightning's hooks over the engine's :class:`~neuron_mlflow.engine.attach.Attachment`: each
+stage's four hooks call one of four step functions with its row of the stage table
 (:mod:`neuron_mlflow.integrations.stage_table`); the train row's two step hooks, which every
-training step runs, are written out. No hook waits for a summary, an upload or
-another rank, and a step that cannot touch a window costs a few attribute reads and one
-comparison. The end of a Trainer call (``teardown``, or ``on_exception``) hands what is left
-to the worker process and stops what the callback started; :meth:`NeuronProfilerCallback.wait`
-waits for the uploads. Only this module imports ``lightning``.
+training step runs, are written out. No hook waits for a summary, an upload or another rank.
+Only this module imports ``lightning``.
 
 Example:
     >>> import tempfile, torch
@@ -35,11 +30,9 @@ from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger
-from lightning.pytorch.utilities import rank_zero_warn
 
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.attach import AttachedFrontEnd
-from neuron_mlflow.errors import NeuronMlflowWarning
 from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, hooks_of
 
 
@@ -110,9 +103,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
     def on_before_optimizer_step(
         self, trainer: Trainer, pl_module: LightningModule, optimizer: Any
     ) -> None:
-        # Optimizer steps are counted here, not read back from trainer.global_step at every
-        # batch: that keeps the hooks cheap outside a window.
-        self._optimizer_steps += 1
+        self._optimizer_steps += 1  # (cheaper than reading trainer.global_step at each batch)
 
     def on_exception(
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
@@ -224,22 +215,18 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
         self.attachment.start_watch()
         if trainer.sanity_checking or spec.stage not in self.stages:
             return
-        windows = self._windows[spec.stage]
         planned = getattr(trainer, spec.planned)
         if spec.optimizer_steps:
             self._optimizer_steps = 0
-            windows.restart(trainer.global_step, quiet=False)
             detail = (
                 f"max_steps={trainer.max_steps}, max_epochs={trainer.max_epochs}, "
                 f"accumulate_grad_batches={trainer.accumulate_grad_batches}"
             )
+            self.attachment.restart(spec.stage, trainer.global_step, planned, detail, quiet=False)
         else:
-            windows.restart(0)
             detail = f"{spec.planned}={planned}"
             planned = sum(planned) if isinstance(planned, list) else planned
-        message = windows.plan_warning(spec.stage, planned, windows.next_step, detail)
-        if message is not None:
-            rank_zero_warn(f"NeuronProfilerCallback: {message}", category=NeuronMlflowWarning)
+            self.attachment.restart(spec.stage, 0, planned, detail)
 
     # The evaluation stages' steps (one per batch): as the train row's, the guard runs only
     # for a step in or next to a window.

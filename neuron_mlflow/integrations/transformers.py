@@ -35,7 +35,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
-import warnings
 import weakref
 from collections.abc import Iterable
 from types import FrameType
@@ -46,13 +45,10 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.attach import AttachedFrontEnd
 from neuron_mlflow.engine.stages import StageWindows
-from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
+from neuron_mlflow.errors import NeuronMlflowError
 
 STAGES = ("train", "evaluate")
 """Stages the callback can profile: optimizer steps, and the evaluation loop's batches."""
-
-_TRAIN_STEP = "train_step"  # the markers of each stage's steps (neuron_mlflow: <name>)
-_EVALUATE_STEP = "evaluate_step"
 
 _unended: weakref.WeakSet[HfProfilerCallback] = weakref.WeakSet()
 """Callbacks inside a ``train()`` (or an evaluation) that has not ended: one that raised."""
@@ -141,17 +137,12 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, model: Any, caller: FrameType
     ) -> None:
         self._start(args, state, model, caller)
-        windows = self._train
-        if windows is None:
-            return
-        windows.restart(state.global_step, quiet=False)
-        detail = (
-            f"max_steps={state.max_steps}, "
-            f"gradient_accumulation_steps={args.gradient_accumulation_steps}"
-        )
-        message = windows.plan_warning("train", state.max_steps, state.global_step, detail)
-        if message is not None and state.is_world_process_zero:
-            warnings.warn(f"HfProfilerCallback: {message}", NeuronMlflowWarning, stacklevel=2)
+        if self._train is not None:
+            detail = (
+                f"max_steps={state.max_steps}, "
+                f"gradient_accumulation_steps={args.gradient_accumulation_steps}"
+            )
+            self.attachment.restart("train", state.global_step, state.max_steps, detail, False)
 
     # The two step hooks every optimizer step runs: outside a window a few attribute reads and
     # one comparison, outside the guard (StageWindows.begin_quiet / end_quiet never raise).
@@ -167,7 +158,7 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
             if not windows.begin_quiet(step):
                 # marked until the step ends (neuron_mlflow: train_step): evaluation,
                 # checkpoints and the loop's own work between steps are not summarised
-                self._guard(windows.begin, step, _TRAIN_STEP)
+                self._guard(windows.begin, step, "train_step")
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -207,7 +198,7 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         elif not self._evaluating:  # the evaluation's first batch: its end begins step 0
             self._guard(self._begin_evaluation, args, state, kwargs, sys._getframe(1))
         if not windows.begin_quiet(windows.next_step):
-            self._guard(windows.begin, windows.next_step, _EVALUATE_STEP)
+            self._guard(windows.begin, windows.next_step, "evaluate_step")
 
     def _begin_evaluation(
         self, args: TrainingArguments, state: TrainerState, kwargs: dict[str, Any],
@@ -217,14 +208,10 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         _unended.add(self)
         if not self._training:  # evaluate() or predict() on its own
             self._start(args, state, kwargs.get("model"), caller)
-        windows = self.attachment.windows["evaluate"]
-        windows.restart(0)
         batches = _length(kwargs.get("eval_dataloader"))
         planned = None if batches is None else batches - 1
         detail = f"{batches} batches, the first of which is not a step"
-        message = windows.plan_warning("evaluate", planned, 0, detail)
-        if message is not None and state.is_world_process_zero:
-            warnings.warn(f"HfProfilerCallback: {message}", NeuronMlflowWarning, stacklevel=2)
+        self.attachment.restart("evaluate", 0, planned, detail)
 
     def on_evaluate(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -262,8 +249,6 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         if self.attachment.options is None and state.is_world_process_zero:
             run = _mlflow_callback_run(args, state, model, caller)
         rank, world_size = getattr(args, "process_index", None), getattr(args, "world_size", None)
-        if rank is None or world_size is None:  # (else torch.distributed or torchrun's env)
-            rank = world_size = None
         self.attachment.start(rank=rank, world_size=world_size, run=run, broadcast=_broadcast)
         self.attachment.start_watch()
 
