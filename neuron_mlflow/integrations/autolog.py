@@ -91,7 +91,8 @@ class _State:
         self.owned = 0  # Trainer calls running: their callbacks own the steps
         self.loop: _Loop | None = None
         self.last_loop: _Loop | None = None
-        self.callbacks: weakref.WeakSet[Any] = weakref.WeakSet()  # added by us: waited for at exit
+        # added by us, waited for at exit: held here, a Trainer kept in no variable may be gone
+        self.callbacks: list[Any] = []
         self.optimizer_steps = 0  # every optimizer.step() outside a Trainer's training call
         self.clock_steps = 0
         self.trainers = 0  # Trainer training calls (fit, train) begun
@@ -381,7 +382,7 @@ def _new_callback(kind: type, present: list[Any]) -> Any:
     if any(isinstance(c, kind) for c in present):
         return None
     callback = kind(config=_config())
-    _state.callbacks.add(callback)
+    _state.callbacks.append(callback)
     return callback
 
 

@@ -487,6 +487,9 @@ args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=6, logging_ste
                          per_device_train_batch_size=2, report_to=["mlflow"], use_cpu=True,
                          save_strategy="no", disable_tqdm=True)
 Trainer(model=model, args=args, train_dataset=Tokens()).train()
+import gc
+
+gc.collect()  # the Trainer, kept in no variable, is gone: autolog still waits for its callback
 """
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mlflow import MlflowClient
 
 import neuron_mlflow as nm
 from neuron_mlflow.errors import NeuronMlflowWarning
@@ -174,6 +175,49 @@ def test_each_trainer_gets_exactly_one_callback(tracking_uri, tmp_path) -> None:
     assert "window 2" in lines
     assert "disabled 0" in lines
     assert "no torch.optim optimizer stepped" not in result.stderr  # (the Trainers ran)
+
+
+UNNAMED_TRAINER = """\
+import gc, tempfile
+import torch
+import neuron_mlflow as nm
+from neuron_mlflow.integrations import autolog as al
+
+nm.autolog(backend="cpu", local_dir="spool", schedule=nm.Schedule(warmup=1, active=2))
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        ids = torch.randint(0, 128, (16,))
+        return {"input_ids": ids, "labels": ids}
+
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128,
+                                   n_positions=32))
+args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, report_to=[],
+                         per_device_train_batch_size=2, use_cpu=True, save_strategy="no",
+                         logging_strategy="no", disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=Tokens()).train()
+gc.collect()  # the Trainer, kept in no variable, is gone
+print("waited for at exit", len(al._state.callbacks))
+"""
+
+
+@pytest.mark.slow
+def test_the_callback_of_a_trainer_kept_in_no_variable_is_waited_for(
+    tracking_uri, tmp_path
+) -> None:
+    """`Trainer(...).train()`: the exit still waits for its callback's windows (a weak
+    reference let it go with the Trainer, and the run could end before its window)."""
+    pytest.importorskip("transformers")
+    result = _python(UNNAMED_TRAINER, tmp_path, tracking_uri)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "waited for at exit 1" in result.stdout.splitlines()
+    client = MlflowClient(tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    steps = [r.data.metrics.get("profile/train/steps") for r in client.search_runs(experiments)]
+    assert 2.0 in steps, steps
 
 
 OWN_CALLBACK = """\
