@@ -177,7 +177,9 @@ def test_each_trainer_gets_exactly_one_callback(tracking_uri, tmp_path) -> None:
     assert "no torch.optim optimizer stepped" not in result.stderr  # (the Trainers ran)
 
 
-UNNAMED_TRAINER = """\
+HF_SETUP = TRAINERS[TRAINERS.index("class Tokens") : TRAINERS.index("trainer = HfTrainer")]
+UNNAMED_TRAINER = (
+    """\
 import gc, tempfile
 import torch
 import neuron_mlflow as nm
@@ -186,22 +188,14 @@ from neuron_mlflow.integrations import autolog as al
 nm.autolog(backend="cpu", local_dir="spool", schedule=nm.Schedule(warmup=1, active=2))
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return 16
-    def __getitem__(self, i):
-        ids = torch.randint(0, 128, (16,))
-        return {"input_ids": ids, "labels": ids}
-
-model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128,
-                                   n_positions=32))
-args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, report_to=[],
-                         per_device_train_batch_size=2, use_cpu=True, save_strategy="no",
-                         logging_strategy="no", disable_tqdm=True)
+"""
+    + HF_SETUP
+    + """\
 Trainer(model=model, args=args, train_dataset=Tokens()).train()
 gc.collect()  # the Trainer, kept in no variable, is gone
 print("waited for at exit", len(al._state.callbacks))
 """
+)
 
 
 @pytest.mark.slow
