@@ -190,7 +190,7 @@ def bounded_http() -> Iterator[None]:
         saved = {name: os.environ.get(name) for name in HTTP_BOUNDS}
         for name, limit in HTTP_BOUNDS.items():
             try:
-                value = min(float(saved[name] or limit), limit)
+                value = min(float(saved[name] or limit), float(limit))
             except ValueError:
                 value = float(limit)
             os.environ[name] = str(int(value)) if value.is_integer() else str(value)

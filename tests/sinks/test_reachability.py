@@ -70,3 +70,15 @@ def test_bounded_http_caps_mlflow_retries_and_keeps_a_lower_user_value(monkeypat
         assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "5"
     assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
+def test_bounded_http_caps_a_higher_user_value_and_gives_it_back(monkeypatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
+    with bounded_http():
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == str(
+            reachability.HTTP_BOUNDS["MLFLOW_HTTP_REQUEST_TIMEOUT"]
+        )
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "120"
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "7"
