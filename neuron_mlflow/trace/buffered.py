@@ -27,13 +27,21 @@ from operator import attrgetter
 
 from neuron_mlflow.trace.reader import TraceEvent, TraceStream
 from neuron_mlflow.trace.streaming import streaming_pass
-from neuron_mlflow.trace.totals import Totals
+from neuron_mlflow.trace.totals import DEVICE_CATEGORIES, OP_CATEGORIES, RUNTIME_CATEGORIES, Totals
+
+_PLACED = OP_CATEGORIES | RUNTIME_CATEGORIES | DEVICE_CATEGORIES.keys()
+"""The categories of the ``X`` events the streaming pass reads (it skips any other)."""
 
 
 def buffered_pass(stream: TraceStream) -> Totals:
-    """Read ``stream`` keeping its complete (``X``) and instant (``i``) events, then place
-    them in start order."""
-    events: list[TraceEvent] = [event for event in stream if event.ph in ("X", "i")]
+    """Read ``stream`` keeping the events the streaming pass reads (operators, runtime calls,
+    device events, ``[memory]`` instants), then place them in start order."""
+    events: list[TraceEvent] = [
+        event
+        for event in stream
+        if (event.ph == "X" and event.cat in _PLACED)
+        or (event.ph == "i" and event.name == "[memory]")
+    ]
     events.sort(key=attrgetter("dur"), reverse=True)  # stable: file order breaks exact ties
     events.sort(key=attrgetter("ts"))
     return streaming_pass([events])
