@@ -28,7 +28,7 @@ from neuron_mlflow.engine.worker import (
 )
 from neuron_mlflow.sinks.claims import QUEUE, worker_running
 from neuron_mlflow.sinks.pending import SyncReport, upload_pending
-from neuron_mlflow.sinks.spool import CAPTURE, Spool, WindowRecord, rmdir_if_empty
+from neuron_mlflow.sinks.spool import CAPTURE, Spool, WindowRecord, remove_empty_tree
 from neuron_mlflow.sinks.window_record import Window
 
 __all__ = ["drop_finished_jobs", "place_queued", "remove_abandoned_captures", "sync_pending"]
@@ -188,10 +188,7 @@ def remove_abandoned_captures(local_dir: str | Path) -> list[Path]:
             continue
         if any(not p.is_dir() for p in staging.rglob("*")):
             continue  # a file: not ours to judge
-        for folder in sorted(staging.rglob("*"), reverse=True):
-            rmdir_if_empty(folder)
-        if rmdir_if_empty(staging):
+        if remove_empty_tree(staging):
             removed.append(staging)
-        for folder in sorted([session, *session.rglob("*")], reverse=True):
-            rmdir_if_empty(folder)  # .capture/, the window's empty P/ folder made when it opened
+        remove_empty_tree(session)  # .capture/, the window's empty P/ folder made when it opened
     return removed

@@ -337,6 +337,14 @@ def rmdir_if_empty(folder: Path) -> bool:
     return True
 
 
+def remove_empty_tree(root: Path) -> bool:
+    """Remove the empty folders below ``root`` (deepest first), then ``root`` if it is empty
+    by then; a file, and every folder holding one, stays. True when ``root`` went."""
+    for folder in sorted(root.rglob("*"), reverse=True):
+        rmdir_if_empty(folder)
+    return rmdir_if_empty(root)
+
+
 def _remove_if_empty(staging: Path) -> None:
     """The session's ``.capture/`` once its last staged window was put in place (a window
     staged since keeps it; :meth:`Spool.capture_dir` makes it again for the next one)."""

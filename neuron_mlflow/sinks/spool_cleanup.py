@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_mlflow.sinks.claims import claim, release
-from neuron_mlflow.sinks.spool import MANIFEST, Spool, WindowRecord, rmdir_if_empty
+from neuron_mlflow.sinks.spool import MANIFEST, Spool, WindowRecord, remove_empty_tree
 
 TRACES = "traces"
 """The folder under a window's ``artifacts/`` that holds the profiler's output."""
@@ -72,9 +72,7 @@ def remove_uploaded_traces(record: WindowRecord) -> int:
         except FileNotFoundError:
             continue
         freed += size
-    traces = record.artifacts_dir / TRACES
-    for folder in sorted([traces, *traces.rglob("*")], reverse=True):  # deepest first
-        rmdir_if_empty(folder)  # (a file, or a folder still holding one, stays)
+    remove_empty_tree(record.artifacts_dir / TRACES)
     return freed
 
 
