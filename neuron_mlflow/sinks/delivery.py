@@ -131,11 +131,14 @@ def send_artifacts(client: MlflowClient, record: WindowRecord, run_id: str) -> N
     """Upload the files not yet confirmed, one ``log_artifact`` each."""
     if record.window.uploaded.artifacts:
         return
-    done = record.window.progress.artifact_files
+    confirmed = record.window.progress.artifact_files
+    done = set(confirmed)
     for rel in artifact_files(record):
-        if rel.as_posix() not in done:
+        name = rel.as_posix()
+        if name not in done:
             folder = "/".join([record.artifact_path, *rel.parts[:-1]])
             client.log_artifact(run_id, str(record.artifacts_dir / rel), folder)
-            done.append(rel.as_posix())
+            confirmed.append(name)
+            done.add(name)
             record.save()
     record.mark_uploaded("artifacts")
