@@ -10,8 +10,7 @@ builds it once per process from the config and the environment, with the same po
 - the run: ``MLFLOW_RUN_ID`` when set (``neuron-mlflow run`` sets it for every process it
   starts), else on rank 0 the framework's run (Lightning's ``MLFlowLogger``, Transformers'
   ``MLflowCallback``), else the active run, else a new run; other ranks receive rank 0's
-  through ``broadcast`` (a front end's one collective, at set-up, never in a step hook;
-  default: ``torch.distributed``'s, once its process group is up);
+  through ``broadcast`` (a front end's one collective, at set-up, never in a step hook);
 - the job id: ``NEURON_MLFLOW_JOB_ID`` when set, else decided by rank 0 and broadcast, so
   that an offline job's ranks sync into one run.
 
@@ -128,15 +127,15 @@ class Options:
             rank: this process's global rank (default: ``torch.distributed`` or torchrun's
                 environment); ``world_size`` likewise.
             run: ``(tracking_uri, run_id)`` of the framework's own MLflow run, on rank 0.
-            broadcast: rank 0's value to every rank (default: ``torch.distributed``'s when
-                its process group is up; else a job of several processes shares only what
-                the environment gives: ``MLFLOW_RUN_ID``, ``NEURON_MLFLOW_JOB_ID``).
+            broadcast: rank 0's value to every rank (e.g. :func:`torch_broadcast`); without
+                it, a job of several processes shares only what the environment gives
+                (``MLFLOW_RUN_ID``, ``NEURON_MLFLOW_JOB_ID``).
         """
         if rank is None or world_size is None:
             from neuron_mlflow.engine.environment import rank_and_world_size
 
             rank, world_size = rank_and_world_size()
-        shared = (broadcast or _torch_broadcast()) if world_size > 1 else None
+        shared = broadcast if broadcast is not None and world_size > 1 else None
         job_id = os.environ.get(JOB_ID_ENV) or None
         if job_id is None:
             mine = uuid.uuid4().hex if rank == 0 else None
@@ -165,8 +164,9 @@ class Options:
         )
 
 
-def _torch_broadcast() -> Broadcast | None:
-    """``torch.distributed``'s broadcast from rank 0, when its process group is up."""
+def torch_broadcast() -> Broadcast | None:
+    """``torch.distributed``'s broadcast from rank 0, when its process group is up (for a
+    front end that has no collective of its own: autolog's plain loop)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):

@@ -467,8 +467,10 @@ class _Loop:
         _state.clock_steps += 1
         windows = self.windows
         if not self.started:
+            from neuron_mlflow.engine.options import torch_broadcast
+
             self.started = True
-            self.attach.guard(self.attach.start)
+            self.attach.guard(self.attach.start, broadcast=torch_broadcast())
             self.attach.guard(self.attach.start_watch)
         else:
             windows.next_step += 1
