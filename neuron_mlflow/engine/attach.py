@@ -41,6 +41,7 @@ from typing import Any
 from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.capture_requests import start_for_stage
+from neuron_mlflow.engine.environment import rank_and_world_size
 from neuron_mlflow.engine.guard import Guard
 from neuron_mlflow.engine.options import Broadcast, Options
 from neuron_mlflow.engine.runs import end_run
@@ -175,7 +176,10 @@ class Attachment:
         windows = self.windows[stage]
         windows.restart(step, quiet)
         message = windows.plan_warning(stage, planned, step, detail)
-        if message is not None and (self.options is None or self.options.rank == 0):
+        if message is None:
+            return
+        rank = self.options.rank if self.options is not None else rank_and_world_size()[0]
+        if rank == 0:
             warnings.warn(f"{self.name}: {message}", NeuronMlflowWarning, stacklevel=2)
 
     def turn_off(self, exc: BaseException | None = None) -> None:
