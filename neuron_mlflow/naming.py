@@ -1,42 +1,23 @@
-"""Metric keys and artifact paths: the one place where every public name is built.
-
-The grammar (``P`` is the metric prefix, ``<key>`` an op key from :func:`op_keys`):
-
-==========================================  =====================================================
-name                                        meaning
-==========================================  =====================================================
-``P/device_time_us``                        self device time per profiled step (sum over ops)
-``P/cpu_time_us``                           self CPU time per profiled step (sum over ops)
-``P/wall_time_us``                          wall-clock time per profiled step
-``P/op_calls``                              top-level operator dispatches per profiled step
-``P/steps``                                 profiled steps in the window
-``P/<time>_p50``, ``P/<time>_iqr``          per-step median and IQR of ``<time>`` (wall, CPU,
-                                            device time), from the window's ``steps.jsonl``
-``P/op/<key>/self_device_us``               self device time of one op per step
-``P/op/<key>/self_cpu_us``                  self CPU time of one op per step
-``P/op/<key>/calls``                        calls of one op per step
-``P/op/<key>/device_pct``                   share of the window's device time (%)
-``P/device_busy_pct``                       share of the wall time the device was busy (%)
-``P/memory/peak_allocated_bytes``           peak allocated bytes in the window (device, else CPU)
-``P/memory/<device>/peak_allocated_bytes``  the same per device (``cpu``, ``cuda``, ...)
-``P/flops_per_step``                        FLOPs per step (``with_flops``)
-``P/achieved_tflops``                       FLOPs per step over the wall time per step (TFLOP/s)
-``P/op/<key>/flops``                        FLOPs of one op per step
-``P/mfu_pct``                               achieved TFLOP/s over the cores' documented peak (%)
-``P/neuron/<headline>``                     Neuron Explorer headline numbers (``neuron_explorer``)
-``P/neuron/summary/<field path>``           every numeric field of Explorer's summary-json
-``system/neuron/...``                       neuron-monitor samples (``neuron_monitor``), whole job
-``P/rank/<r>/device_time_us``               one rank's device time per step (else ``cpu_time_us``)
-``P/rank/<r>/wall_time_us``                 one rank's wall time per step
-``P/config/<field>``                        param: one configuration field
-``P/step_<first:06d>-<last:06d>/``          artifact folder of one window
-==========================================  =====================================================
+"""Metric keys, artifact paths, tags and markers: the one place where every public name is
+built. The grammar of the metric keys and what each means: ``docs/metrics.md``.
 
 Example:
     >>> metric_key("profile", "op", "aten.mul", "self_cpu_us")
     'profile/op/aten.mul/self_cpu_us'
-    >>> window_artifact_path("profile/rmsnorm", 3, 7)
-    'profile/rmsnorm/step_000003-000007'
+    >>> window_artifact_path("profile/rmsnorm", 3, 7), trace_folder(3)
+    ('profile/rmsnorm/step_000003-000007', 'traces/rank_3')
+    >>> run_tag("backend"), param_key("profile/train", "schedule.active")
+    ('neuron_mlflow.backend', 'profile/train/config/schedule.active')
+    >>> partial_tag("P/step_000000-000001"), reason_tag("P/step_000000-000001")
+    ('neuron_mlflow.partial/P/step_000000-000001', 'neuron_mlflow.reason/P/step_000000-000001')
+    >>> busy_metric("profile"), call_marker("rmsnorm")
+    ('profile/device_busy_pct', 'neuron_mlflow: rmsnorm')
+    >>> neuron_metric_key("profile", "summary", "n_1f2e", "tensor_engine_active_time_percent")
+    'profile/neuron/summary/n_1f2e/tensor_engine_active_time_percent'
+    >>> system_metric_key("core_0", "utilization_pct")
+    'system/neuron/core_0/utilization_pct'
+    >>> capture_status_tag(1), heartbeat_tag(0)
+    ('neuron_mlflow.capture.status.rank.1', 'neuron_mlflow.capture.heartbeat.rank.0')
 """
 
 from __future__ import annotations
@@ -79,25 +60,18 @@ def safe_op_key(name: str) -> str:
         >>> safe_op_key("aten::mul")
         'aten.mul'
         >>> safe_op_key("Torch-Compiled Region: 0/0")
-        'Torch-Compiled_Region_0_0'
-    """
+        'Torch-Compiled_Region_0_0'"""
     return _UNSAFE_RUN.sub("_", name.replace("::", ".")).strip("_.")
 
 
 def op_keys(names: Iterable[str]) -> dict[str, str]:
-    """Assign every op name of one window a unique, MLflow-safe key.
+    """Assign every op name of one window (duplicates ignored) a unique, MLflow-safe key.
 
     The key is :func:`safe_op_key` of the name; if that is empty, longer than 120 characters
     or already used by another op of the window, ``_`` and the first 8 hex digits of the
     SHA-1 of the original name are appended. Names whose safe form equals the name itself
     are assigned first, then the rest in sorted order, so the result does not depend on the
     order of ``names``.
-
-    Args:
-        names: op names of one window (duplicates are ignored).
-
-    Returns:
-        A mapping from op name to key.
 
     Example:
         >>> keys = op_keys(["a b", "a_b", "#"])
@@ -118,32 +92,17 @@ def op_keys(names: Iterable[str]) -> dict[str, str]:
 
 
 def metric_key(prefix: str, *parts: str) -> str:
-    """Join the prefix and parts of a metric key with ``/``.
-
-    Example:
-        >>> metric_key("profile/train", "device_time_us")
-        'profile/train/device_time_us'
-    """
+    """Join the prefix and parts of a metric key with ``/``."""
     return "/".join((prefix, *parts))
 
 
 def window_artifact_path(prefix: str, first: int, last: int) -> str:
-    """Artifact folder of the window whose recorded steps are ``first`` to ``last``.
-
-    Example:
-        >>> window_artifact_path("profile", 0, 2)
-        'profile/step_000000-000002'
-    """
+    """Artifact folder of the window whose recorded steps are ``first`` to ``last``."""
     return f"{prefix}/step_{first:06d}-{last:06d}"
 
 
 def trace_folder(rank: int) -> str:
-    """Folder, inside a window's artifact folder, holding one rank's profiler output.
-
-    Example:
-        >>> trace_folder(3)
-        'traces/rank_3'
-    """
+    """Folder, inside a window's artifact folder, holding one rank's profiler output."""
     return f"traces/rank_{rank}"
 
 
@@ -160,12 +119,7 @@ DEVICE_TIME_SOURCE_TAG = f"{TAG_PREFIX}device_time_source"
 
 
 def run_tag(name: str) -> str:
-    """Our run tag ``name`` (``backend``, ``host``, ``rank``...).
-
-    Example:
-        >>> run_tag("backend")
-        'neuron_mlflow.backend'
-    """
+    """Our run tag ``name`` (``backend``, ``host``, ``rank``...)."""
     return TAG_PREFIX + name
 
 
@@ -181,19 +135,9 @@ when two sides differ)."""
 
 
 def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
-    """Every metric of one window, named by the grammar in this module's docstring.
-
-    Device metrics are present only when device time was measured; per-op metrics only for
-    the first ``top_k`` operators of the summary; memory and FLOPs metrics only where
-    ``profile_memory`` and ``with_flops`` recorded them.
-
-    Args:
-        summary: the window's summary.
-        prefix: the metric prefix ``P``.
-        top_k: how many operators get per-op metrics.
-
-    Returns:
-        Metric name to value.
+    """Every metric of one window (``docs/metrics.md``): device metrics only when device time
+    was measured, per-op metrics for the first ``top_k`` operators, memory and FLOPs metrics
+    only where ``profile_memory`` and ``with_flops`` recorded them.
 
     Example:
         >>> from neuron_mlflow.summary.ops import RawOp, build_summary
@@ -246,33 +190,18 @@ def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, flo
 
 
 def param_key(prefix: str, field_name: str) -> str:
-    """Param name of one configuration field, logged once per prefix and run.
-
-    Example:
-        >>> param_key("profile/train", "schedule.active")
-        'profile/train/config/schedule.active'
-    """
+    """Param name of one configuration field, logged once per prefix and run."""
     return metric_key(prefix, "config", field_name)
 
 
 def partial_tag(artifact_path: str) -> str:
-    """Run tag set to ``"true"`` on a window cut short before its last scheduled step.
-
-    Example:
-        >>> partial_tag("profile/step_000000-000001")
-        'neuron_mlflow.partial/profile/step_000000-000001'
-    """
+    """Run tag set to ``"true"`` on a window cut short before its last scheduled step."""
     return f"neuron_mlflow.partial/{artifact_path}"
 
 
 def reason_tag(artifact_path: str) -> str:
     """Run tag saying why a window was taken: ``schedule``, ``request <id>``,
-    ``slow steps: 1.7x median``.
-
-    Example:
-        >>> reason_tag("profile/step_000000-000001")
-        'neuron_mlflow.reason/profile/step_000000-000001'
-    """
+    ``slow steps: 1.7x median``."""
     return f"neuron_mlflow.reason/{artifact_path}"
 
 
@@ -297,42 +226,22 @@ def rank_metrics(prefix: str, rank: int, summary: OpSummary) -> dict[str, float]
 
 
 def busy_metric(prefix: str) -> str:
-    """``P/device_busy_pct``: the share of the window's wall time the device was busy.
-
-    Example:
-        >>> busy_metric("profile")
-        'profile/device_busy_pct'
-    """
+    """``P/device_busy_pct``: the share of the window's wall time the device was busy."""
     return metric_key(prefix, "device_busy_pct")
 
 
 def call_marker(name: str) -> str:
-    """The ``record_function`` range name around one profiled call of ``name``.
-
-    Example:
-        >>> call_marker("rmsnorm")
-        'neuron_mlflow: rmsnorm'
-    """
+    """The ``record_function`` range name around one profiled call of ``name``."""
     return CALL_MARKER_PREFIX + name
 
 
 def neuron_metric_key(prefix: str, *parts: str) -> str:
-    """``P/neuron/<parts>``: a Neuron Explorer number, each part made MLflow-safe.
-
-    Example:
-        >>> neuron_metric_key("profile", "summary", "n_1f2e", "tensor_engine_active_time_percent")
-        'profile/neuron/summary/n_1f2e/tensor_engine_active_time_percent'
-    """
+    """``P/neuron/<parts>``: a Neuron Explorer number, each part made MLflow-safe."""
     return metric_key(prefix, "neuron", *(safe_op_key(part) or "_" for part in parts))
 
 
 def system_metric_key(*parts: str) -> str:
-    """``system/neuron/<parts>``: a neuron-monitor sample, named like MLflow's system metrics.
-
-    Example:
-        >>> system_metric_key("core_0", "utilization_pct")
-        'system/neuron/core_0/utilization_pct'
-    """
+    """``system/neuron/<parts>``: a neuron-monitor sample, named like MLflow's system metrics."""
     return "/".join(("system", "neuron", *(safe_op_key(part) or "_" for part in parts)))
 
 
@@ -347,20 +256,10 @@ STEP_TIME_METRIC = "system/step_time_s"
 
 
 def capture_status_tag(rank: int) -> str:
-    """Run tag where rank ``rank`` answers capture requests (accepted, done, refused).
-
-    Example:
-        >>> capture_status_tag(1)
-        'neuron_mlflow.capture.status.rank.1'
-    """
+    """Run tag where rank ``rank`` answers capture requests (accepted, done, refused)."""
     return f"neuron_mlflow.capture.status.rank.{rank}"
 
 
 def heartbeat_tag(rank: int) -> str:
-    """Run tag with rank ``rank``'s heartbeat (JSON: step, steps_per_s, poll_s, time).
-
-    Example:
-        >>> heartbeat_tag(0)
-        'neuron_mlflow.capture.heartbeat.rank.0'
-    """
+    """Run tag with rank ``rank``'s heartbeat (JSON: step, steps_per_s, poll_s, time)."""
     return f"neuron_mlflow.capture.heartbeat.rank.{rank}"
