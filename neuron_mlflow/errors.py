@@ -23,9 +23,12 @@ values or the next step. The CLI maps ``ConfigError``, ``TraceFormatError``, ``I
 ``CompareError`` and ``DownloadError`` to exit code 2.
 
 Example:
-    >>> from neuron_mlflow.errors import ConfigError, NeuronMlflowError
-    >>> issubclass(ConfigError, NeuronMlflowError) and issubclass(ConfigError, ValueError)
+    >>> bad_input = (ConfigError, TraceFormatError, IngestError, CompareError, DownloadError)
+    >>> all(issubclass(e, NeuronMlflowError) and issubclass(e, ValueError) for e in bad_input)
     True
+    >>> err = BadRequest("steps=0 is below 1", "a1")
+    >>> err.request_id, isinstance(err, ValueError), str(err)
+    ('a1', True, 'steps=0 is below 1')
 """
 
 from __future__ import annotations
@@ -78,69 +81,32 @@ class BackendUnavailableError(NeuronMlflowError, RuntimeError):
 
 
 class TraceFormatError(NeuronMlflowError, ValueError):
-    """A trace file is truncated or is not a Chrome/Kineto JSON trace.
-
-    Example:
-        >>> str(TraceFormatError("t.json: truncated at offset 12"))
-        't.json: truncated at offset 12'
-    """
+    """A trace file is truncated or is not a Chrome/Kineto JSON trace."""
 
 
 class IngestError(NeuronMlflowError, ValueError):
-    """Bad input to ``ingest`` (exit code 2): no traces, an unknown run.
-
-    Example:
-        >>> isinstance(IngestError("no trace files found"), ValueError)
-        True
-    """
+    """Bad input to ``ingest`` (exit code 2): no traces, an unknown run."""
 
 
 class CompareError(NeuronMlflowError, ValueError):
-    """A run cannot be compared: unknown id, or no profile metrics (exit code 2).
-
-    Example:
-        >>> str(CompareError("run 'x' was not found"))
-        "run 'x' was not found"
-    """
+    """A run cannot be compared: unknown id, or no profile metrics (exit code 2)."""
 
 
 class DownloadError(NeuronMlflowError, ValueError):
-    """The run or window to download does not exist (exit code 2).
-
-    Example:
-        >>> isinstance(DownloadError("no window"), NeuronMlflowError)
-        True
-    """
+    """The run or window to download does not exist (exit code 2)."""
 
 
 class OutOfOrder(NeuronMlflowError):
-    """The streaming pass met events it cannot place exactly; the buffered pass takes over.
-
-    Internal control flow of the trace engine: ``summarize_trace`` catches it.
-
-    Example:
-        >>> str(OutOfOrder("operators of thread (1, 1) out of start order"))
-        'operators of thread (1, 1) out of start order'
-    """
+    """The trace engine's streaming pass met events it cannot place exactly; ``summarize_trace``
+    catches it and the buffered pass takes over."""
 
 
 class WindowRequestRefused(NeuronMlflowError):
-    """A window asked for outside the schedule cannot be taken; the message says why.
-
-    Example:
-        >>> str(WindowRequestRefused("step 3 is past"))
-        'step 3 is past'
-    """
+    """A window asked for outside the schedule cannot be taken; the message says why."""
 
 
 class BadRequest(NeuronMlflowError, ValueError):
-    """A capture request that cannot be read; ``request_id`` answers it all the same.
-
-    Example:
-        >>> err = BadRequest("steps=0 is below 1", "a1")
-        >>> err.request_id, isinstance(err, ValueError)
-        ('a1', True)
-    """
+    """A capture request that cannot be read; ``request_id`` answers it all the same."""
 
     def __init__(self, message: str, request_id: str) -> None:
         super().__init__(message)
