@@ -119,33 +119,6 @@ def next_window_start(schedule: Schedule, step: int) -> int | None:
     return first_start + index * schedule.cycle_steps
 
 
-def is_finished(schedule: Schedule, step: int) -> bool:
-    """True when no window starts at or after ``step`` (never, with ``repeat=0``).
-
-    Example:
-        >>> is_finished(Schedule(warmup=1, active=3), 4)
-        True
-    """
-    return bool(schedule.repeat) and step >= schedule.skip_first + (
-        schedule.repeat * schedule.cycle_steps
-    )
-
-
-def planned_windows(schedule: Schedule, total_steps: int) -> list[Window]:
-    """Windows that start within ``total_steps`` steps (a window may be cut short by the end).
-
-    Example:
-        >>> [w.index for w in planned_windows(Schedule(warmup=0, active=2, repeat=0), 5)]
-        [0, 1, 2]
-    """
-    windows: list[Window] = []
-    start = next_window_start(schedule, 0)
-    while start is not None and start < total_steps:
-        windows.append(window_at(schedule, start))  # type: ignore[arg-type]
-        start = next_window_start(schedule, start + 1)
-    return windows
-
-
 def next_window_start_skipping(schedule: Schedule, skip: set[int], step: int) -> int | None:
     """Like :func:`next_window_start`, passing over windows whose index is in ``skip``.
 

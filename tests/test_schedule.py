@@ -10,9 +10,7 @@ import torch.profiler
 from neuron_mlflow import Schedule
 from neuron_mlflow.schedule import (
     action_at,
-    is_finished,
     next_window_start,
-    planned_windows,
     window_at,
 )
 
@@ -40,7 +38,6 @@ def test_actions_match_torch_profiler_schedule(skip_first, wait, warmup, active,
 def test_unlimited_repeat_never_finishes() -> None:
     s = Schedule(wait=1, warmup=0, active=1, repeat=0)
     assert [window_at(s, i) is not None for i in range(6)] == [False, True] * 3
-    assert not is_finished(s, 10_000)
     assert next_window_start(s, 10_000) == 10_001
 
 
@@ -52,11 +49,3 @@ def test_window_bounds_and_next_start() -> None:
     assert next_window_start(s, 0) == 3
     assert next_window_start(s, 4) == 9
     assert next_window_start(s, 10) is None
-    assert is_finished(s, 13) and not is_finished(s, 12)
-
-
-def test_planned_windows_within_a_step_budget() -> None:
-    s = Schedule(wait=10, warmup=2, active=3, repeat=0)
-    windows = planned_windows(s, 40)
-    assert [(w.first, w.last) for w in windows] == [(12, 14), (27, 29)]
-    assert planned_windows(s, 10) == []
