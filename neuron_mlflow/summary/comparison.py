@@ -696,7 +696,8 @@ def stat_rows(c: Comparison) -> list[dict[str, Any]]:
     return rows
 
 
-def _stat_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
+def stat_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    """:func:`stat_rows` as text cells (the header, the rows), for every surface."""
     head = ["metric", "candidate", "baseline", "value", "ratio [interval]", "verdict", "steps"]
     body = []
     for row in stat_rows(c):
@@ -749,7 +750,7 @@ def _render(c: Comparison, block: _Block, gap: list[str], result: bool = True) -
     if op_body:
         lines += ["", f"Per op ({c.op_rows[0]['field']} per step; change vs baseline):", *gap]
         lines += block(op_head, op_body)
-    stat_head, stat_body = _stat_table(c)
+    stat_head, stat_body = stat_table(c)
     if stat_body:
         lines += ["", _stat_title(c), *gap, *block(stat_head, stat_body)]
     lines += ["", f"Baseline: {c.baseline}. Headline time metric: {c.time_metric}."]

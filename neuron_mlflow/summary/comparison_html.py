@@ -35,6 +35,7 @@ from neuron_mlflow.summary.comparison import (
     regressions,
     render_seed_markdown,
     stat_rows,
+    stat_table,
     undecided,
 )
 from neuron_mlflow.summary.names import display_names
@@ -191,19 +192,16 @@ def _forest(c: Comparison) -> str:
 
 
 def _how_sure(c: Comparison) -> str:
-    rows = stat_rows(c)
+    _, rows = stat_table(c)
     if not rows:
         return ""
     cells = []
-    for r in rows:
-        e = r["estimate"]
-        colour = VERDICT_COLOURS.get(r["verdict"], "#57606a")
-        interval = e.interval_text() if e is not None else "-"
-        steps = f"{e.steps[0]}/{e.steps[1]}" if e is not None else "-"
+    for what, run, _, _, interval, verdict, steps in rows:
+        colour = VERDICT_COLOURS.get(verdict, "#57606a")
         cells.append(
-            f'<tr data-verdict="{html.escape(r["verdict"])}"><td>{html.escape(r["what"])}</td>'
-            f"<td>{html.escape(r['run'].name)}</td><td>{html.escape(interval)}</td>"
-            f'<td style="color:{colour}"><b>{html.escape(r["verdict"])}</b></td>'
+            f'<tr data-verdict="{html.escape(verdict)}"><td>{html.escape(what)}</td>'
+            f"<td>{html.escape(run)}</td><td>{html.escape(interval)}</td>"
+            f'<td style="color:{colour}"><b>{html.escape(verdict)}</b></td>'
             f"<td>{steps}</td></tr>"
         )
     return (
