@@ -4,21 +4,9 @@ verdict (pure Python, seeded, no numpy).
 One side (baseline or candidate) is nested: runs, each a list of windows, each a list of
 per-step values of one metric. A run counts by the 10th percentile (:data:`QUANTILE`) of its
 kept steps, all windows pooled (:func:`kept_steps`); a side by the mean of its runs. The
-interval is a percentile bootstrap over runs, then steps inside each window. Why a low
+interval is a percentile bootstrap over runs, then steps inside each window. The verdict at a
+margin (``regression``, ``improvement``, ``no change``, ``insufficient data``), why a low
 quantile, the bootstrap and its assumptions: ``docs/comparing.md`` ("The method").
-
-**The verdict**, with a margin ``m`` (``--fail-above`` PCT, else :data:`DEFAULT_MARGIN_PCT`):
-
-=====================  ==============================================================
-verdict                when
-=====================  ==============================================================
-``regression``         the interval's lower bound is above ``1 + m``
-``improvement``        the interval's upper bound is below ``1 / (1 + m)``
-``no change``          the whole interval lies within ``[1 / (1 + m), 1 + m]``
-``insufficient data``  either side has fewer than :data:`MIN_STEPS` kept steps (and fewer
-                       than :data:`MIN_WINDOWS` windows), the baseline is 0, or the
-                       interval crosses ``1 + m`` or ``1 / (1 + m)`` (too close to call)
-=====================  ==============================================================
 
 Example:
     >>> base = [[[100.0, 101, 99, 100, 102, 98, 100]]]
@@ -49,7 +37,7 @@ RESAMPLES = 2000
 STEP_POOL = 400
 """Bootstrap replicates of each run's value, drawn once per run."""
 QUANTILE = 0.1
-"""The statistic: this quantile of a run's steps (p10; module docstring)."""
+"""The statistic: this quantile of a run's steps (p10; why: ``docs/comparing.md``)."""
 MIN_STEPS = 5
 """Kept steps a side needs (over all its windows) for a verdict ..."""
 MIN_WINDOWS = 3
@@ -251,17 +239,10 @@ def compare_samples(
     name: str = "",
     resamples: int = RESAMPLES,
 ) -> Estimate:
-    """Compare two sides (runs -> windows -> per-step values): ratio, interval, verdict.
-
-    Deterministic: the bootstrap is seeded from :data:`SEED` and ``name`` (the metric).
-
-    Args:
-        baseline: the baseline's samples.
-        candidate: the candidate's samples.
-        margin_pct: the verdicts' margin ``m`` (percent; see the module docstring).
-        confidence: the interval's level (0..1).
-        name: the metric's name (seeds the bootstrap, so each metric has its own draws).
-        resamples: bootstrap replicates (raised when the level needs deeper tails).
+    """Compare two sides (runs -> windows -> per-step values): ratio, interval at level
+    ``confidence``, verdict at ``margin_pct``. Deterministic: the bootstrap (``resamples``
+    replicates, more when the level needs deeper tails) is seeded from :data:`SEED` and
+    ``name`` (the metric), so each metric has its own draws.
 
     Example:
         >>> same = [[[10.0, 10.2, 9.9, 10.1, 10.0, 9.8]], [[10.1, 9.9, 10.0, 10.2, 10.1, 9.9]]]
