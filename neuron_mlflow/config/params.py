@@ -21,9 +21,6 @@ from typing import Any
 BACKEND_NAMES = ("cpu", "cuda", "neuron")
 """Backend names a window is captured with (``capture.backends.*.name``)."""
 
-ONLY_ON_BACKEND = {"neuron.": "neuron"}
-"""Dotted field prefix -> the one backend those fields apply to."""
-
 _UNITS = {
     "": 1,
     "B": 1,
@@ -66,8 +63,7 @@ def applicable(params: dict[str, str], defaults: dict[str, str], backend: str) -
     return {
         key: value
         for key, value in params.items()
-        if defaults.get(key) != value
-        or all(backend == only for start, only in ONLY_ON_BACKEND.items() if key.startswith(start))
+        if defaults.get(key) != value or backend == "neuron" or not key.startswith("neuron.")
     }
 
 

@@ -35,16 +35,8 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 
 def config_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
-    """Turn pydantic's ``ValidationError`` into a :class:`ConfigError` with a readable message.
-
-    Each line names the field (dotted path), the value received and what is allowed.
-
-    Args:
-        model: the model class that was being validated.
-        exc: pydantic's error.
-
-    Returns:
-        The error to raise.
+    """pydantic's ``ValidationError`` of ``model`` as a :class:`ConfigError`: each line names
+    the field (dotted path), the value received and what is allowed.
 
     Example:
         >>> from pydantic import BaseModel, Field, ValidationError

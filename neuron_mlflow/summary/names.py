@@ -93,14 +93,8 @@ def _cut(name: str, max_chars: int) -> str:
 
 
 def short_name(name: str, max_chars: int = MAX_CHARS) -> str:
-    """A display name of ``name``, at most about ``max_chars`` characters.
-
-    Args:
-        name: an operator or kernel name as the profiler recorded it.
-        max_chars: names up to this length are returned unchanged.
-
-    Returns:
-        The name, folded as the module docstring describes.
+    """A display name of an operator or kernel name, at most about ``max_chars`` characters
+    (shorter names unchanged), folded as the module docstring describes.
 
     Example:
         >>> short_name("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x4_nt_align4>"
