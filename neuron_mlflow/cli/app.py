@@ -544,8 +544,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
     from neuron_mlflow.errors import CompareError
-    from neuron_mlflow.sinks.comparison_files import check_log_to, publish_comparison
-    from neuron_mlflow.sinks.profiles import load_profiles
+    from neuron_mlflow.sinks.comparison_files import publish_comparison
+    from neuron_mlflow.sinks.profiles import existing_run, load_profiles
     from neuron_mlflow.summary.comparison import (
         RunProfile,
         compare_profiles,
@@ -557,7 +557,7 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
 
     try:
         if args.log_to:  # before any work, as a bad --baseline
-            check_log_to(client, args.log_to)
+            existing_run(client, args.log_to, "--log-to: run")
         sides = _sides(args, client)
         if len(sides) < 2:
             found = (

@@ -20,21 +20,9 @@ from typing import Any
 
 from neuron_mlflow.errors import CompareError
 from neuron_mlflow.naming import COMPARISON_HTML, COMPARISON_MARKDOWN
+from neuron_mlflow.sinks.profiles import existing_run
 from neuron_mlflow.summary.comparison import Comparison, render_seed_markdown
 from neuron_mlflow.summary.comparison_html import render_comparison_html
-
-
-def check_log_to(client: Any, log_to: str) -> None:
-    """Make sure ``log_to`` (``compare --log-to RUN``) is a run of the tracking server, before
-    anything is compared.
-
-    Raises:
-        CompareError: it is not (one line naming the run and the server).
-        MlflowException: MLflow failed otherwise (e.g. the server could not be reached).
-    """
-    from neuron_mlflow.sinks.profiles import existing_run
-
-    existing_run(client, log_to, "--log-to: run")
 
 
 def publish_comparison(
@@ -77,7 +65,7 @@ def publish_comparison(
         from mlflow import MlflowClient
 
         client = client or MlflowClient()
-        check_log_to(client, log_to)
+        existing_run(client, log_to, "--log-to: run")
         client.log_text(log_to, render_seed_markdown(comparison), COMPARISON_MARKDOWN)
         client.log_text(log_to, page, COMPARISON_HTML)
         done += [f"runs:/{log_to}/{COMPARISON_MARKDOWN}", f"runs:/{log_to}/{COMPARISON_HTML}"]

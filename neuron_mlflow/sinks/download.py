@@ -175,21 +175,27 @@ def _child_runs(client: Any, run: Any) -> str:
     return ", ".join(listed[:10] + (["..."] if len(listed) > 10 else []))
 
 
-def download_window(client: Any, run_id: str, window: str | None, dest: Path) -> tuple[str, Path]:
-    """Download the traces of ``window`` (default: the latest) into ``dest``: the window's
-    path and the local traces folder; a run without windows but with child runs lists them."""
-    from mlflow.exceptions import MlflowException
+def print_download(
+    client: Any, run_id: str, window: str | None, dest: Path, out: TextIO, open_first: bool = False
+) -> int:
+    """The ``download`` verb: fetch the traces of ``window`` (default: the latest) into
+    ``dest``, print the commands that open them; with ``open_first``, run the first command
+    when ``neuron-explorer`` is on ``PATH``. A run without windows but with child runs lists
+    them.
 
-    from neuron_mlflow.sinks.profiles import is_not_found, quiet_downloads
+    Returns:
+        The exit code of the command that ran (0 when none ran).
+
+    Raises:
+        DownloadError: the run or window does not exist, the window has no traces, or
+            ``dest`` cannot be made.
+        MlflowException: MLflow failed otherwise.
+    """
+    from neuron_mlflow.sinks.profiles import existing_run, quiet_downloads
     from neuron_mlflow.sinks.reachability import bounded_http
 
     with bounded_http(), quiet_downloads():
-        try:
-            run = client.get_run(run_id)
-        except MlflowException as exc:
-            if not is_not_found(exc):
-                raise
-            raise DownloadError(f"run {run_id!r} was not found at {client.tracking_uri}") from exc
+        run = existing_run(client, run_id, error=DownloadError)
         windows = list_windows(client, run_id)
         if not windows and (children := _child_runs(client, run)):
             raise DownloadError(
@@ -206,25 +212,7 @@ def download_window(client: Any, run_id: str, window: str | None, dest: Path) ->
         except OSError as exc:  # a file, or a path under one; no permission; /proc
             why = "it is a file" if dest.exists() else (exc.strerror or type(exc).__name__)
             raise DownloadError(f"cannot make the folder {dest} ({why})") from exc
-        local = client.download_artifacts(run_id, f"{chosen}/traces", str(dest))
-    return chosen, Path(local)
-
-
-def print_download(
-    client: Any, run_id: str, window: str | None, dest: Path, out: TextIO, open_first: bool = False
-) -> int:
-    """The ``download`` verb: fetch, print the commands; with ``open_first``, run the first
-    command when ``neuron-explorer`` is on ``PATH``.
-
-    Returns:
-        The exit code of the command that ran (0 when none ran).
-
-    Raises:
-        DownloadError: the run or window does not exist, the window has no traces, or
-            ``dest`` cannot be made.
-        MlflowException: MLflow failed otherwise.
-    """
-    chosen, local = download_window(client, run_id, window, dest)
+        local = Path(client.download_artifacts(run_id, f"{chosen}/traces", str(dest)))
     window_name = chosen.rsplit("/", 1)[-1]
     commands = viewer_commands(local, label=f"{run_id}/{window_name}")
     print(f"# window {chosen} of run {run_id}: traces in {local}", file=out)

@@ -75,16 +75,15 @@ def is_not_found(exc: BaseException) -> bool:
         False
     """
     from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 
-    return isinstance(exc, MlflowException) and exc.error_code == ErrorCode.Name(
-        RESOURCE_DOES_NOT_EXIST
-    )
+    return isinstance(exc, MlflowException) and exc.error_code == "RESOURCE_DOES_NOT_EXIST"
 
 
-def existing_run(client: Any, run_id: str, what: str = "run") -> Any:
-    """``client.get_run(run_id)``; a run that does not exist is a :class:`CompareError` that
-    names ``what``, the run and the server; any other failure stays an ``MlflowException``."""
+def existing_run(
+    client: Any, run_id: str, what: str = "run", error: type[Exception] = CompareError
+) -> Any:
+    """``client.get_run(run_id)``; a run that does not exist is an ``error`` that names
+    ``what``, the run and the server; any other failure stays an ``MlflowException``."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -92,7 +91,7 @@ def existing_run(client: Any, run_id: str, what: str = "run") -> Any:
     except MlflowException as exc:
         if not is_not_found(exc):
             raise
-        raise CompareError(f"{what} {run_id!r} was not found at {client.tracking_uri}") from exc
+        raise error(f"{what} {run_id!r} was not found at {client.tracking_uri}") from exc
 
 
 def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
