@@ -130,14 +130,10 @@ class MlflowSink:
         self._chosen[key] = run_id
         return run_id
 
-    def check_reachable(self, timeout_s: float | None = None) -> None:
-        """Fail fast unless the tracking server answers
-        (:func:`~neuron_mlflow.sinks.reachability.check_reachable`: short and cached).
-
-        Raises:
-            ConnectionError: the server is not reachable; the message names the URI and why.
-        """
-        reachability.check_reachable(self.tracking_uri, timeout_s)
+    def check_reachable(self) -> None:
+        """Fail fast (``ConnectionError``, naming the URI and why) unless the tracking server
+        answers (:func:`~neuron_mlflow.sinks.reachability.check_reachable`: short, cached)."""
+        reachability.check_reachable(self.tracking_uri)
 
     def experiment_id(self, experiment_name: str | None, experiment_id: str | None = None) -> str:
         """The id of ``experiment_name`` (created if missing), else ``experiment_id``, else
