@@ -22,8 +22,8 @@ import argparse
 import os
 import sys
 import zlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,44 +48,46 @@ def fail(verb: str, message: object, code: int) -> int:
     return code
 
 
-def unreachable(verb: str) -> bool:
-    """True, said in one line on stderr, when the tracking server does not answer (a check of
-    a few seconds at most, cached)."""
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
-    from neuron_mlflow.sinks.reachability import check_reachable
-
-    try:
-        check_reachable(current_tracking_uri())
-    except ConnectionError as exc:
-        print(f"neuron-mlflow {verb}: {exc}", file=sys.stderr)
-        return True
-    return False
-
-
-@contextmanager
-def _quiet_mlflow() -> Iterator[None]:
-    """MLflow's INFO lines ("Creating initial MLflow database tables") off while a verb reads
-    runs, unless ``MLFLOW_LOGGING_LEVEL`` (MLflow's own switch) is set."""
-    import logging
-
-    import mlflow  # noqa: F401  (configures MLflow's loggers: quieten them after)
-
-    logger = logging.getLogger("mlflow")
-    before = logger.level
-    if "MLFLOW_LOGGING_LEVEL" not in os.environ:
-        logger.setLevel(max(before, logging.WARNING))
-    try:
-        yield
-    finally:
-        logger.setLevel(before)
-
-
 def mlflow_failed(verb: str, exc: Exception) -> int:
     """One line on stderr for an MLflow call that failed (not an unknown id); exit 1."""
     from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
 
     why = " ".join(str(exc).split())
     return fail(verb, f"MLflow failed at {current_tracking_uri()}: {why}", EXIT_FAILURE)
+
+
+def reading_mlflow(verb: str, body: Callable[[Any], int], bounded: bool = True) -> int:
+    """``body(MlflowClient())``, the work of a verb that reads MLflow, with MLflow's INFO lines
+    ("Creating initial MLflow database tables") off unless ``MLFLOW_LOGGING_LEVEL`` (MLflow's
+    own switch) is set and, if ``bounded``, its HTTP retries bounded. A tracking server that
+    does not answer (a check of a few seconds at most, cached) or an MLflow failure is one
+    line and exit 1; an unknown run or window, one line and exit 2."""
+    import logging
+
+    from mlflow import MlflowClient  # (configures MLflow's loggers: quieten them after)
+    from mlflow.exceptions import MlflowException
+
+    from neuron_mlflow.errors import CompareError, DownloadError
+    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+    from neuron_mlflow.sinks.reachability import bounded_http, check_reachable
+
+    logger = logging.getLogger("mlflow")
+    before = logger.level
+    if "MLFLOW_LOGGING_LEVEL" not in os.environ:
+        logger.setLevel(max(before, logging.WARNING))
+    try:
+        try:
+            check_reachable(current_tracking_uri())
+        except ConnectionError as exc:
+            return fail(verb, exc, EXIT_FAILURE)
+        with bounded_http() if bounded else nullcontext():
+            return body(MlflowClient())
+    except (CompareError, DownloadError) as exc:
+        return fail(verb, exc, EXIT_USAGE)
+    except MlflowException as exc:  # not an unknown run (that is the errors above)
+        return mlflow_failed(verb, exc)
+    finally:
+        logger.setLevel(before)
 
 
 def _cannot_make(folder: Path) -> str | None:
@@ -299,31 +301,26 @@ def _ingest(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_quiet_mlflow()
 def _download(args: argparse.Namespace) -> int:
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    from neuron_mlflow.sinks.download import DownloadError, print_download
-
-    dest = Path(args.dest)
-    problem = folder_problem("--dest", dest)
+    problem = folder_problem("--dest", Path(args.dest))
     if problem is not None:
         return fail("download", problem, EXIT_USAGE)
-    if unreachable("download"):
-        return EXIT_FAILURE
+    # download_window bounds its own calls: the --open command gets the user's environment
+    return reading_mlflow("download", lambda client: _fetch(client, args), bounded=False)
+
+
+def _fetch(client: Any, args: argparse.Namespace) -> int:
+    from neuron_mlflow.sinks.download import print_download
+
+    dest = Path(args.dest)
     try:
-        code = print_download(MlflowClient(), args.run_id, args.window, dest, sys.stdout, args.open)
-    except DownloadError as exc:
-        return fail("download", exc, EXIT_USAGE)
+        code = print_download(client, args.run_id, args.window, dest, sys.stdout, args.open)
     except OSError as exc:
         if exc.filename is None:  # not a file's (a network error): a failure
             return mlflow_failed("download", exc)
         # writing under --dest (a full disk, no permission)
         why = f"--dest {dest}: cannot write {exc.filename} ({exc.strerror or exc})"
         return fail("download", why, EXIT_USAGE)
-    except MlflowException as exc:
-        return mlflow_failed("download", exc)
     return EXIT_OK if code == 0 else EXIT_FAILURE
 
 
@@ -494,17 +491,6 @@ def _sides(args: argparse.Namespace, client: Any) -> list[tuple[str | None, list
     return sides + _group([u for u in candidates if u.variant is not None])
 
 
-def _compared(profiles: Sequence[Any]) -> list[str]:
-    """One line per side: which runs it holds (short ids), the baseline first."""
-    lines = []
-    for number, profile in enumerate(profiles):
-        ids = profile.run_ids or [profile.run_id]
-        runs = "run" if len(ids) == 1 else "runs"
-        mark = " (baseline)" if number == 0 else ""
-        lines.append(f"compared: {profile.name}{mark} = {runs} {', '.join(i[:8] for i in ids)}")
-    return lines
-
-
 def _bad_compare_options(args: argparse.Namespace) -> str | None:
     """What is wrong with compare's options (the value and what is allowed), or None."""
     if args.top < 1:
@@ -523,27 +509,14 @@ def _bad_compare_options(args: argparse.Namespace) -> str | None:
     return None
 
 
-@_quiet_mlflow()
 def _compare(args: argparse.Namespace) -> int:
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    from neuron_mlflow.sinks.reachability import bounded_http
-
     bad = _bad_compare_options(args)
     if bad:
         return fail("compare", bad, EXIT_USAGE)
-    if unreachable("compare"):
-        return EXIT_FAILURE
-    try:
-        with bounded_http():
-            return _compare_runs(args, MlflowClient())
-    except MlflowException as exc:  # not an unknown run (load_profile says that): a failure
-        return mlflow_failed("compare", exc)
+    return reading_mlflow("compare", lambda client: _compare_runs(args, client))
 
 
 def _compare_runs(args: argparse.Namespace, client: Any) -> int:
-    from neuron_mlflow.errors import CompareError
     from neuron_mlflow.sinks.comparison_files import publish_comparison
     from neuron_mlflow.sinks.profiles import existing_run, load_profiles
     from neuron_mlflow.summary.comparison import (
@@ -555,23 +528,18 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
         undecided_advice,
     )
 
-    try:
-        if args.log_to:  # before any work, as a bad --baseline
-            existing_run(client, args.log_to, "--log-to: run")
-        sides = _sides(args, client)
-        if len(sides) < 2:
-            found = (
-                f" (found: {', '.join(i[:8] for _, ids in sides for i in ids)})" if sides else ""
-            )
-            return fail(
-                "compare",
-                "give at least two runs or variants to compare (RUN_ID..., a job's parent run, "
-                f"or --experiment NAME --last K){found}",
-                EXIT_USAGE,
-            )
-        loaded = load_profiles(client, (r for _, ids in sides for r in ids), args.prefix)
-    except CompareError as exc:
-        return fail("compare", exc, EXIT_USAGE)
+    if args.log_to:  # before any work, as a bad --baseline
+        existing_run(client, args.log_to, "--log-to: run")
+    sides = _sides(args, client)
+    if len(sides) < 2:
+        found = f" (found: {', '.join(i[:8] for _, ids in sides for i in ids)})" if sides else ""
+        return fail(
+            "compare",
+            "give at least two runs or variants to compare (RUN_ID..., a job's parent run, "
+            f"or --experiment NAME --last K){found}",
+            EXIT_USAGE,
+        )
+    loaded = load_profiles(client, (r for _, ids in sides for r in ids), args.prefix)
     profiles: list[RunProfile] = []
     for label, ids in sides:
         profile = group_profiles([loaded[r] for r in ids], label)
@@ -582,17 +550,15 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
         profiles, baseline=profiles[0].run_id, top=args.top, margin_pct=args.fail_above
     )
     if args.format != "json":  # JSON names them in "runs"
-        for line in _compared(comparison.runs):
-            print(line, file=sys.stderr)
+        for number, side in enumerate(comparison.runs):
+            ids = side.run_ids or [side.run_id]
+            runs = f"{'run' if len(ids) == 1 else 'runs'} {', '.join(i[:8] for i in ids)}"
+            mark = " (baseline)" if number == 0 else ""
+            print(f"compared: {side.name}{mark} = {runs}", file=sys.stderr)
     print(comparison.render(args.format), end="")
     if args.html or args.log_to:
         html_path = Path(args.html) if args.html else None
-        try:
-            written = publish_comparison(
-                comparison, html_path, args.log_to, args.fail_above, client
-            )
-        except CompareError as exc:
-            return fail("compare", exc, EXIT_USAGE)
+        written = publish_comparison(comparison, html_path, args.log_to, args.fail_above, client)
         for item in written:
             print(f"wrote {item}", file=sys.stderr)
     if args.fail_above is not None:
@@ -695,8 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verb == "capture":
         from neuron_mlflow.cli.capture import run_capture
 
-        with _quiet_mlflow():
-            return run_capture(args)
+        return run_capture(args)
     verbs = {
         "sync": _sync,
         "compare": _compare,

@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import Any
 
-from neuron_mlflow.cli.app import EXIT_FAILURE, EXIT_USAGE, fail, mlflow_failed, unreachable
+from neuron_mlflow.cli.app import EXIT_FAILURE, EXIT_USAGE, fail, mlflow_failed, reading_mlflow
 from neuron_mlflow.engine.capture_requests import status_request_id
 from neuron_mlflow.naming import CAPTURE_REQUEST_TAG, capture_status_tag
 
@@ -121,19 +121,12 @@ def _next_heartbeats(
 
 def run_capture(args: argparse.Namespace) -> int:
     """The ``capture`` verb (see the module docstring)."""
-    from mlflow import MlflowClient
-
-    from neuron_mlflow.sinks.reachability import bounded_http
-
     for name, low in (("steps", 1), ("warmup", 0), ("at_step", 0), ("roundup", 1)):
         value = getattr(args, name)
         if value is not None and value < low:
             flag = "--" + name.replace("_", "-")
             return fail("capture", f"{flag}={value}: need >= {low}", EXIT_USAGE)
-    if unreachable("capture"):
-        return EXIT_FAILURE
-    with bounded_http():
-        return _capture(MlflowClient(), args)
+    return reading_mlflow("capture", lambda client: _capture(client, args))
 
 
 def _capture(client: Any, args: argparse.Namespace) -> int:
@@ -195,9 +188,11 @@ def _wait(client: Any, args: argparse.Namespace, request_id: str, ranks: list[in
                 return EXIT_DONE
         if time.monotonic() >= deadline:
             last = ", ".join(
-                f"rank {r} said {said[r].rsplit(' (request ', 1)[0]!r}" if r in said
-                else f"rank {r} said nothing" for r in ranks
-            )  # fmt: skip
+                f"rank {r} said {said[r].rsplit(' (request ', 1)[0]!r}"
+                if r in said
+                else f"rank {r} said nothing"
+                for r in ranks
+            )
             return fail(
                 "capture",
                 f"no final answer within {args.timeout:g} s ({last}); the request stays in the run",

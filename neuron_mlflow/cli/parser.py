@@ -204,8 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="with --wait: give up after S seconds (600; exit 4)",
     )
-    capture.add_argument("--interval", type=float, default=0.5, metavar="S",
-                         help=argparse.SUPPRESS)  # fmt: skip
+    capture.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
     verbs.add_parser(  # listed only: main() hands `run` to cli/run.py before parsing
         "run",
         help="run any command with autolog in every Python process it starts (one MLflow run)",
