@@ -26,7 +26,7 @@ Example:
     >>> record = spool.place(end_record(base, live, status="pending", partial=False))
     >>> record.window.state.value, record.window.steps
     ('spooled', 1)
-    >>> finish_window(record, upload=False).steps, record.window.state.value
+    >>> finish_window(record).steps, record.window.state.value
     (1, 'summarised')
 """
 

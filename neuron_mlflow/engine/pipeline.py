@@ -14,7 +14,7 @@ Example:
     ...                              config=ProfilerConfig(backend="cpu"),
     ...                              trace_dir="traces/rank_0", steps=1, wall_time_us=10.0,
     ...                              window={"index": 0, "first": 0, "last": 0})
-    >>> finish_window(record, upload=False).steps, record.window.state.value
+    >>> finish_window(record).steps, record.window.state.value
     (1, 'summarised')
 """
 
@@ -58,19 +58,15 @@ class WindowFailed(NeuronMlflowError):
 
 
 def finish_window(
-    record: WindowRecord,
-    sink: MlflowSink | None = None,
-    run_id: str | None = None,
-    upload: bool = True,
+    record: WindowRecord, sink: MlflowSink | None = None, run_id: str | None = None
 ) -> OpSummary | None:
     """Summarise, write the files, upload and clean up one window in place (each step once:
     what its record says is done is skipped). The worker process and ``sync`` both call it.
 
     Args:
         record: the window, claimed by this process.
-        sink: the tracking server (``None``: one for the record's ``tracking_uri``).
+        sink: the tracking server (``None``: no upload, the window stays pending).
         run_id: the run (``None``: the sink chooses, :meth:`MlflowSink.run_for`).
-        upload: ``False`` stops after the files (the window stays pending).
 
     Returns:
         The summary made now (``None`` when the window was summarised before).
@@ -91,21 +87,16 @@ def finish_window(
             record.reload()  # not the summary's half-made changes
             record.failed(message)
             raise WindowFailed(message) from exc
-    if not upload or record.status == "done":
+    if sink is None or record.status == "done":
         return summary
     try:
-        if sink is None:
-            from neuron_mlflow.sinks.mlflow_sink import MlflowSink
-
-            sink = MlflowSink(record.window.tracking_uri)
         if record.window.tracking_uri != sink.tracking_uri:
             record.update(tracking_uri=sink.tracking_uri)
         sink.check_reachable()
         sink.upload(record, run_id or sink.run_for([record]))
     except Exception as exc:
-        uri = sink.tracking_uri if sink is not None else "the tracking server"
         message = (
-            f"could not log the profiling window to MLflow at {uri} "
+            f"could not log the profiling window to MLflow at {sink.tracking_uri} "
             f"({type(exc).__name__}: {str(exc)[:300]})"
         )
         record.upload_failed(message)

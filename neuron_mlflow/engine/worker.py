@@ -457,11 +457,11 @@ def process_job(worker: Worker, window: Window) -> bool:
         upload = window.upload and record.status == "pending"
         sink = worker.sink(record.window.tracking_uri) if upload else None
         try:
-            finish_window(record, sink, upload=upload)
+            finish_window(record, sink)
         except WindowFailed as exc:
             log.warning("neuron-mlflow: %s; kept at %s", exc, record.path)
         else:
-            if upload and window.skew_ranks and record.window.run_id and sink is not None:
+            if sink is not None and window.skew_ranks and record.window.run_id:
                 worker._followups.append(SkewFollowUp(
                     str(record.window.prefix), record.window.metric_step,
                     tuple(window.skew_ranks), str(record.window.run_id), sink.tracking_uri,
