@@ -24,9 +24,9 @@ from neuron_mlflow.engine.worker import (
     drop_job,
     held_locks,
     queued_place,
-    read_job,
+    read_jobs,
 )
-from neuron_mlflow.sinks.claims import QUEUE, worker_running
+from neuron_mlflow.sinks.claims import worker_running
 from neuron_mlflow.sinks.pending import SyncReport, upload_pending
 from neuron_mlflow.sinks.spool import CAPTURE, Spool, WindowRecord, remove_empty_tree
 from neuron_mlflow.sinks.window_record import Window
@@ -46,7 +46,7 @@ def place_queued(local_dir: str | Path) -> SyncReport:
     """
     root = Path(local_dir)
     spool, report = Spool(root), SyncReport()
-    jobs = _jobs(root)
+    jobs = read_jobs(root)
     running = bool(jobs) and worker_running(root)
     for path, window in jobs:
         if isinstance(window, Exception):
@@ -103,18 +103,6 @@ def sync_pending(
     return report
 
 
-def _jobs(root: Path) -> list[tuple[Path, Window | Exception]]:
-    """The queue's jobs, oldest first: each one's record, or why it cannot be read."""
-    queue = root / QUEUE
-    found: list[tuple[Path, Window | Exception]] = []
-    for path in sorted(queue.glob("*.json")) if queue.is_dir() else []:
-        try:
-            found.append((path, read_job(root, path)))
-        except (OSError, ValueError) as exc:
-            found.append((path, exc))
-    return found
-
-
 def drop_finished_jobs(local_dir: str | Path) -> list[Path]:
     """Drop the queued jobs whose window is in place and uploaded (by this ``sync``, or an
     earlier one), unless a worker runs (it drops its own): as the worker does once it
@@ -127,7 +115,7 @@ def drop_finished_jobs(local_dir: str | Path) -> list[Path]:
         []
     """
     root = Path(local_dir)
-    jobs = _jobs(root)
+    jobs = read_jobs(root)
     if not jobs or worker_running(root):
         return []
     spool, dropped = Spool(root), []
@@ -180,7 +168,7 @@ def remove_abandoned_captures(local_dir: str | Path) -> list[Path]:
     candidates = sorted(root.glob(f"*/{CAPTURE}/*/"))
     if not candidates or held_locks(root / CAPTURING):
         return []
-    queued = {window.session for _, window in _jobs(root) if isinstance(window, Window)}
+    queued = {window.session for _, window in read_jobs(root) if isinstance(window, Window)}
     removed = []
     for staging in candidates:
         session = staging.parent.parent

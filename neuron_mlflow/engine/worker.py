@@ -38,9 +38,12 @@ from neuron_mlflow.sinks.claims import (
     QUEUE,
     WORKER_LOCK,
     Claim,
+    claim,
     claim_file,
+    queued_jobs,
     release,
     remove_if_free,
+    worker_running,
 )
 from neuron_mlflow.sinks.spool import Spool
 from neuron_mlflow.sinks.window_record import Window, decode_window, encode_window
@@ -86,6 +89,17 @@ def read_job(root: Path, path: Path) -> Window:
 
         return legacy_job(root, raw, str(path))
     return decode_window(raw, str(path))
+
+
+def read_jobs(root: Path) -> list[tuple[Path, Window | Exception]]:
+    """The queue's jobs, oldest first: each one's record, or why it cannot be read."""
+    found: list[tuple[Path, Window | Exception]] = []
+    for path in queued_jobs(root):
+        try:
+            found.append((path, read_job(root, path)))
+        except (OSError, ValueError) as exc:
+            found.append((path, exc))
+    return found
 
 
 def queued_place(root: Path, window: Window) -> Path:
@@ -159,10 +173,8 @@ class WorkerClient:
     def ensure_running(self) -> bool:
         """Start the worker unless one holds the spool's worker lock; True when started."""
         self._register()
-        fd = claim_file(self.root / WORKER_LOCK)
-        if fd is None:
-            return False  # a worker runs (it sees the job: it re-reads the queue before exit)
-        release(fd)
+        if worker_running(self.root):
+            return False  # it sees the job: it re-reads the queue before exit
         if _own_worker(self.root) is not None:
             return False  # this process's is starting (or leaving: it found another's lock)
         _STARTED[self.root] = start_worker(self.root)
@@ -201,7 +213,7 @@ class WorkerClient:
 
     def queued(self) -> list[Path]:
         """The job files still queued."""
-        return sorted((self.root / QUEUE).glob("*.json")) if (self.root / QUEUE).is_dir() else []
+        return queued_jobs(self.root)
 
     def close(self) -> None:
         """Unregister (the worker then finishes the queue and exits)."""
@@ -280,11 +292,6 @@ class Worker:
     _orphaned_since: float | None = None
     _followups_at: float = 0.0
 
-    def jobs(self) -> list[Path]:
-        """The queued job files, oldest first."""
-        queue = self.root / QUEUE
-        return sorted(queue.glob("*.json")) if queue.is_dir() else []
-
     def capture_in_progress(self) -> bool:
         """True while a training process captures a window (free lock files are removed)."""
         return held_locks(self.root / CAPTURING)
@@ -303,40 +310,25 @@ class Worker:
             self._sinks[tracking_uri] = MlflowSink(tracking_uri)
         return self._sinks[tracking_uri]
 
-    def read(self, path: Path) -> Window | None:
-        """A queued record; an unreadable job file is reported and dropped."""
-        try:
-            return read_job(self.root, path)
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, FileNotFoundError) and not path.exists():
-                return None  # taken meanwhile
-            log.warning("neuron-mlflow worker: unreadable job %s (%s); dropped", path, exc)
-            drop_job(path)
-            return None
-
-    def place_staged(self) -> None:
-        """Put every queued window in place first (local files only): a window is in place
-        even when the worker runs out of time for it."""
-        spool = Spool(self.root)
-        for path in self.jobs():
-            window = self.read(path)
-            if window is None or not spool.staged_dir(window).is_dir():
-                continue
-            self.wait_for_captures()
-            try:
-                spool.place(window)
-            except OSError as exc:  # tried again by process_job, which reports it
-                log.warning("neuron-mlflow worker: could not put %s in place (%s)",
-                            queued_place(self.root, window), exc)  # fmt: skip
-
     def run_once(self) -> int:
         """Process every job queued now; returns how many."""
+        spool, jobs = Spool(self.root), []
+        for path, job in read_jobs(self.root):
+            if isinstance(job, Window):
+                jobs.append((path, job))
+            elif not (isinstance(job, FileNotFoundError) and not path.exists()):  # not taken
+                log.warning("neuron-mlflow worker: unreadable job %s (%s); dropped", path, job)
+                drop_job(path)
+        for _, window in jobs:  # all in place first: in place even if the time runs out
+            if spool.staged_dir(window).is_dir():
+                self.wait_for_captures()
+                try:
+                    spool.place(window)
+                except OSError as exc:  # tried again by process_job, which reports it
+                    where = queued_place(self.root, window)
+                    log.warning("neuron-mlflow worker: could not put %s in place (%s)", where, exc)
         done = 0
-        self.place_staged()
-        for path in self.jobs():
-            window = self.read(path)
-            if window is None:
-                continue
+        for path, window in jobs:
             timeout_s = window.config.upload_timeout_s if window.config is not None else 60.0
             if self._orphaned_since is not None and (
                 time.monotonic() - self._orphaned_since > timeout_s
@@ -392,13 +384,13 @@ class Worker:
                 if self.run_once():
                     last_work = time.monotonic()
                     continue
-                if not alive and self.jobs():  # out of time: the rest is for `sync`
+                if not alive and (left := queued_jobs(self.root)):  # the rest is for `sync`
                     self._run_followups(final=True)
                     log.warning(
                         "neuron-mlflow worker: out of time (upload_timeout_s) after the "
                         "training process ended; %d window(s) stay in %s for "
                         "`neuron-mlflow sync --local-dir %s`",
-                        len(self.jobs()), self.root, self.root,
+                        len(left), self.root, self.root,
                     )  # fmt: skip
                     return
                 if self._followups:
@@ -410,7 +402,7 @@ class Worker:
                     lock = None
                     # a job queued, or a window opened, while we decided to stop: its
                     # client saw our lock held
-                    if not self.jobs() and not (alive and self.capture_in_progress()):
+                    if not queued_jobs(self.root) and not (alive and self.capture_in_progress()):
                         return
                     lock = claim_file(self.root / WORKER_LOCK)
                     if lock is None:
@@ -437,7 +429,6 @@ def process_job(worker: Worker, window: Window) -> bool:
     waits). The outcome (state, ``error``, ``handled``) is in the window's record, which the
     training process reads."""
     from neuron_mlflow.engine.pipeline import WindowFailed, finish_window
-    from neuron_mlflow.sinks.claims import claim
 
     path = queued_place(worker.root, window)
     try:

@@ -163,14 +163,20 @@ def remove_if_free(path: Path) -> bool:
     return True
 
 
+def queued_jobs(root: Path) -> list[Path]:
+    """The job files queued for the worker of the spool at ``root``, oldest first."""
+    queue = root / QUEUE
+    return sorted(queue.glob("*.json")) if queue.is_dir() else []
+
+
 def queued_for_worker(root: Path) -> set[Path]:
     """The window folders queued for a running worker process (it finishes them: ``sync``
     leaves them alone); empty when no worker runs (then ``sync`` takes them)."""
-    queue = root / QUEUE
-    if not queue.is_dir() or not worker_running(root):
+    jobs = queued_jobs(root)
+    if not jobs or not worker_running(root):
         return set()
     found = set()
-    for path in queue.glob("*.json"):
+    for path in jobs:
         try:
             job = json.loads(path.read_text(encoding="utf-8"))
             place = job["window"] if "window" in job else f"{job['session']}/{job['artifact_path']}"
