@@ -58,25 +58,10 @@ def upload_pending(
     include_incomplete: bool = False,
     finish: Finish | None = None,
 ) -> SyncReport:
-    """Upload every pending window of the spool at ``local_dir`` exactly once; mark it done.
-
-    ``neuron-mlflow sync`` is :func:`neuron_mlflow.engine.sync.sync_pending`, which passes
-    the engine's pipeline as ``finish``: a window never summarised is summarised by it
-    before the upload. Without it such a window is reported in ``failed`` and stays
-    pending: it is never uploaded without its metrics.
-
-    Each window goes into its original run when that run exists on the tracking server, else
-    into the run of its job (:meth:`~neuron_mlflow.sinks.mlflow_sink.MlflowSink.run_for`).
-    Windows already done are never uploaded again; one cut short is resumed chunk by chunk.
-
-    Args:
-        local_dir: the spool folder (``ProfilerConfig.local_dir``).
-        tracking_uri: target server; ``None`` means what MLflow resolves now.
-        include_incomplete: also upload windows interrupted by an exception.
-        finish: finishes one claimed window into a run (:data:`Finish`).
-
-    Returns:
-        A :class:`SyncReport`.
+    """The upload half of :func:`neuron_mlflow.engine.sync.sync_pending` (same arguments),
+    which passes the engine's pipeline as ``finish`` (:data:`Finish`). Without it a window
+    never summarised is reported in ``failed`` and stays pending: never uploaded without its
+    metrics.
 
     Raises:
         ConnectionError: the tracking server is not reachable (nothing was uploaded).

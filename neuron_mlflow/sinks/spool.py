@@ -1,21 +1,8 @@
 """The local spool: every window is written here completely before any upload.
 
-Layout under ``local_dir``::
-
-    .queue/<ns>_<pid>_<n>.json             an ended window's record (the worker's job)
-    <session>/                             one per profiling session (time, host, pid, n)
-      .capture/window_<n>/artifacts/traces/rank_<r>/
-                                           the profiler writes here while a window runs;
-                                           once it ended, the worker process (or ``sync``)
-                                           saves the queued record beside it and renames
-                                           the folder (:meth:`Spool.place`) to:
-      <P>/step_<first>-<last>/
-        manifest.json                      the window's record (sinks/window_record.py: the
-                                           queued one, then its state, metrics, progress)
-        .lock                              the claim (:mod:`neuron_mlflow.sinks.claims`)
-        artifacts/                         uploaded as MLflow artifacts under P/step_.../
-          summary.md  summary.json  ops.csv  op_keys.json
-          traces/rank_<r>/...              the profiler's output tree, as written
+Its layout under ``local_dir`` is drawn in docs/spool.md: a window's capture is staged under
+``<session>/.capture/window_<n>/``, then put in place with its record as
+``<session>/<P>/step_<first>-<last>/manifest.json`` (:meth:`Spool.place`).
 
 Example:
     >>> import tempfile

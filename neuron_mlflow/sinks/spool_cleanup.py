@@ -1,16 +1,7 @@
 """Spool clean-up: an uploaded window's trace files leave the spool; its record stays.
 
-A window's traces are its heavy part (hundreds of MB on a Trainium host). Once MLflow has
-confirmed a window's artifacts (manifest ``status == "done"``), the trace files it confirmed
-(``progress.artifact_files`` under ``artifacts/traces/``) are removed, unless
-``keep_local``; the manifest, the summaries and ``report.html`` stay, so ``sync`` still knows
-the window was uploaded and the summary is still readable offline. ``local_max_bytes`` caps
-the whole spool: the oldest uploaded windows' trace files go first.
-
-Never removed: anything of a window that is not ``done`` (pending, interrupted, failed
-uploads), a trace file the manifest does not list as confirmed (``upload_traces=False`` keeps
-traces only here), and the windows a running process still claims
-(:mod:`neuron_mlflow.sinks.claims`).
+What leaves and what never does (``keep_local``, ``local_max_bytes``, ``sync --prune``, the
+windows a running process claims): docs/spool.md.
 """
 
 from __future__ import annotations
@@ -137,7 +128,6 @@ def cleanup_after_upload(window_dir: Path, keep_local: bool, local_max_bytes: in
         keep_local: ``ProfilerConfig.keep_local``.
         local_max_bytes: ``ProfilerConfig.local_max_bytes`` (``None``: no cap).
     """
-    window_dir = Path(window_dir)
     if not (window_dir / MANIFEST).is_file():
         return
     record = WindowRecord.load(window_dir)

@@ -8,19 +8,9 @@ tags), the configuration (a :class:`~neuron_mlflow.config.ProfilerConfig`, not a
 Put in place (:meth:`~neuron_mlflow.sinks.spool.Spool.place`), the same record is the
 window's ``manifest.json``, and the only way it is read back (:func:`decode_window`: a record
 that does not validate is a clear error naming the file; nothing is deleted). Its
-:class:`WindowState` says where the window is::
-
-    spooled      ended: queued (staged under ``<session>/.capture/window_<n>/``), then put
-                 in place at ``<session>/<P>/step_<first>-<last>/``
-    summarised   its metrics and summary files are written
-    uploaded     MLflow confirmed every part
-    incomplete   the user's step raised: kept, uploaded only by ``sync --include-incomplete``
-    failed       summarising it failed (``error`` says why); ``sync`` tries again
-
-``partial`` (a window cut short) is a fact of the window (``facts.partial``), not a state. An
-upload that fails leaves the window ``summarised`` with ``error`` and ``failed_step =
-"upload"``: pending for ``sync``. Each transition is one method of
-:class:`~neuron_mlflow.sinks.spool.WindowRecord` that writes the record atomically.
+:class:`WindowState` says where the window is (the table in docs/spool.md); each transition
+is one method of :class:`~neuron_mlflow.sinks.spool.WindowRecord` that writes the record
+atomically.
 
 Records of earlier releases are read as the same states (:func:`upgrade`): the first
 release's dict manifests (``"format": 1``) and ``schema_version`` 2 (the config, environment
@@ -54,7 +44,7 @@ Status = Literal["pending", "done", "incomplete"]
 
 
 class WindowState(enum.StrEnum):
-    """Where a spooled window is in its life (see the module docstring)."""
+    """Where a spooled window is in its life (docs/spool.md)."""
 
     SPOOLED = "spooled"
     SUMMARISED = "summarised"
