@@ -151,13 +151,9 @@ def _process_gone(session: str) -> bool:
 
 
 def remove_abandoned_captures(local_dir: str | Path) -> list[Path]:
-    """Remove the staging folders (``<session>/.capture/window_<n>/``) that hold no file,
-    of sessions whose process has ended (a ``SIGKILL`` in the middle of a window: torch held
-    the window in memory, nothing can be recovered), with the session's other empty
-    folders. Only empty folders are removed, and only when no window is being captured in
-    the spool (no ``.capturing/`` lock held), the session's process (named in its folder,
-    this host) is gone and no queued job names the session. Returns the staging folders
-    removed.
+    """Remove the empty staging folders (``<session>/.capture/window_<n>/``) of a process
+    killed mid-window (torch held the window: nothing to recover), with the session's other
+    empty folders, on the conditions docs/spool.md lists. Returns the staging folders removed.
 
     Example:
         >>> import tempfile

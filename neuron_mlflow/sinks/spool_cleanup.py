@@ -47,9 +47,7 @@ def _why_kept(record: WindowRecord) -> str | None:
     if record.status != "done":
         return f"status {record.status}: not uploaded"
     if any(p.is_file() for p in (record.artifacts_dir / TRACES).rglob("*")):
-        if not uploaded_trace_files(record):
-            return "its traces were never uploaded (upload_traces off): the only copy"
-        return "some trace files were never uploaded: the only copy"
+        return "its traces were never uploaded (upload_traces off): the only copy"
     return None
 
 
