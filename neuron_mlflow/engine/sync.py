@@ -105,9 +105,7 @@ def sync_pending(
 
 def drop_finished_jobs(local_dir: str | Path) -> list[Path]:
     """Drop the queued jobs whose window is in place and uploaded (by this ``sync``, or an
-    earlier one), unless a worker runs (it drops its own): as the worker does once it
-    finished a window (:func:`~neuron_mlflow.engine.worker.drop_job`). A worker that read
-    such a job would find nothing left to do. Returns the job files dropped.
+    earlier one), unless a worker runs (it drops its own). Returns the job files dropped.
 
     Example:
         >>> import tempfile

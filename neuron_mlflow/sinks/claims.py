@@ -1,11 +1,10 @@
 """Claims on spooled windows: one process at a time finishes or uploads a window.
 
-The process that spools a live window claims it (an exclusive ``flock`` on the window's
-``.lock`` file) until its background worker has summarised and uploaded it; ``sync`` claims
-each window before it touches it and leaves alone the ones a running job still holds. The
-operating system drops a claim when its process ends, however it ends, so a crashed job's
-windows are free for ``sync`` at once. Where ``fcntl`` does not exist (Windows), or the
-filesystem has no ``flock``, claims always succeed (nothing to coordinate with).
+A claim is an exclusive ``flock`` on the window's ``.lock`` file: the worker process holds it
+while it finishes the window, ``ingest`` until its window is uploaded, ``sync`` before it
+touches one. The operating system drops it when its process ends, however it ends. Where
+``fcntl`` does not exist (Windows), or the filesystem has no ``flock``, claims always
+succeed (nothing to coordinate with).
 
 Example:
     >>> import tempfile
