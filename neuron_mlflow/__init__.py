@@ -40,26 +40,31 @@ _EXPORTS = {
     "sync_pending": "neuron_mlflow.engine.sync",
 }
 
-if _TYPE_CHECKING:
-    from neuron_mlflow.config import NeuronOptions, ProfilerConfig, Schedule, SlowSteps
-    from neuron_mlflow.engine.session import ProfilingSession
-    from neuron_mlflow.engine.sync import sync_pending
-    from neuron_mlflow.errors import (
-        BackendUnavailableError,
-        ConfigError,
-        NeuronMlflowError,
-        NeuronMlflowWarning,
+if _TYPE_CHECKING:  # each name re-exported explicitly (`as`), for type checkers
+    from neuron_mlflow.config import NeuronOptions as NeuronOptions
+    from neuron_mlflow.config import ProfilerConfig as ProfilerConfig
+    from neuron_mlflow.config import Schedule as Schedule
+    from neuron_mlflow.config import SlowSteps as SlowSteps
+    from neuron_mlflow.engine.session import ProfilingSession as ProfilingSession
+    from neuron_mlflow.engine.sync import sync_pending as sync_pending
+    from neuron_mlflow.errors import BackendUnavailableError as BackendUnavailableError
+    from neuron_mlflow.errors import ConfigError as ConfigError
+    from neuron_mlflow.errors import NeuronMlflowError as NeuronMlflowError
+    from neuron_mlflow.errors import NeuronMlflowWarning as NeuronMlflowWarning
+    from neuron_mlflow.integrations.autolog import autolog as autolog
+    from neuron_mlflow.integrations.decorator import Profiler as Profiler
+    from neuron_mlflow.integrations.decorator import profile as profile
+    from neuron_mlflow.integrations.lightning import (
+        NeuronProfilerCallback as NeuronProfilerCallback,
     )
-    from neuron_mlflow.integrations.autolog import autolog
-    from neuron_mlflow.integrations.decorator import Profiler, profile
-    from neuron_mlflow.integrations.lightning import NeuronProfilerCallback
-    from neuron_mlflow.integrations.transformers import HfProfilerCallback
-    from neuron_mlflow.sinks.comparison_files import publish_comparison
-    from neuron_mlflow.sinks.pending import SyncReport
-    from neuron_mlflow.sinks.profiles import compare_runs
-    from neuron_mlflow.summary.comparison_html import comparison_report
-    from neuron_mlflow.summary.ops import OpStats, OpSummary
-    from neuron_mlflow.summary.tables import render_side_by_side
+    from neuron_mlflow.integrations.transformers import HfProfilerCallback as HfProfilerCallback
+    from neuron_mlflow.sinks.comparison_files import publish_comparison as publish_comparison
+    from neuron_mlflow.sinks.pending import SyncReport as SyncReport
+    from neuron_mlflow.sinks.profiles import compare_runs as compare_runs
+    from neuron_mlflow.summary.comparison_html import comparison_report as comparison_report
+    from neuron_mlflow.summary.ops import OpStats as OpStats
+    from neuron_mlflow.summary.ops import OpSummary as OpSummary
+    from neuron_mlflow.summary.tables import render_side_by_side as render_side_by_side
 
 
 def __getattr__(name: str) -> object:
@@ -76,27 +81,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-__all__ = [
-    "BackendUnavailableError",
-    "ConfigError",
-    "HfProfilerCallback",
-    "NeuronMlflowError",
-    "NeuronMlflowWarning",
-    "NeuronOptions",
-    "NeuronProfilerCallback",
-    "OpStats",
-    "OpSummary",
-    "Profiler",
-    "ProfilerConfig",
-    "ProfilingSession",
-    "Schedule",
-    "SlowSteps",
-    "SyncReport",
-    "autolog",
-    "compare_runs",
-    "comparison_report",
-    "profile",
-    "publish_comparison",
-    "render_side_by_side",
-    "sync_pending",
-]
+__all__ = [*_EXPORTS]
