@@ -1,9 +1,10 @@
 """The Lightning front end: :class:`NeuronProfilerCallback`.
 
-Lightning's hooks over the engine's :class:`~neuron_mlflow.engine.attach.Attachment`: each
-stage's four hooks call one of four step functions with its row of the stage table
-(:mod:`neuron_mlflow.integrations.stage_table`); the train row's two step hooks, which every
-training step runs, are written out. No hook waits for a summary, an upload or another rank.
+Lightning's hooks over the engine's :class:`~neuron_mlflow.engine.attach.Attachment`: the
+train stage's hooks are written out (every training step runs two of them); those of the
+evaluation stages are made from their rows of the stage table
+(:mod:`neuron_mlflow.integrations.stage_table`). No hook waits for a summary, an upload or
+another rank.
 Only this module imports ``lightning``.
 
 Example:
@@ -25,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -33,7 +34,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.attach import AttachedFrontEnd
-from neuron_mlflow.integrations.stage_table import STAGES, StageHooks, hooks_of
+from neuron_mlflow.integrations.stage_table import STAGE_HOOKS, STAGES, StageHooks
 
 
 class NeuronProfilerCallback(AttachedFrontEnd, Callback):
@@ -155,61 +156,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._guard(self._stage_end, trainer, _TRAIN)
 
-    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._guard(self._stage_start, trainer, _VALIDATE)
-
-    def on_validation_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._batch_start(trainer, _VALIDATE)
-
-    def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-        batch_idx: int, dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._batch_end(trainer, _VALIDATE, batch_idx)
-
-    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._guard(self._stage_end, trainer, _VALIDATE)
-
-    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._guard(self._stage_start, trainer, _TEST)
-
-    def on_test_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._batch_start(trainer, _TEST)
-
-    def on_test_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-        batch_idx: int, dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._batch_end(trainer, _TEST, batch_idx)
-
-    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._guard(self._stage_end, trainer, _TEST)
-
-    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._guard(self._stage_start, trainer, _PREDICT)
-
-    def on_predict_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._batch_start(trainer, _PREDICT)
-
-    def on_predict_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-        batch_idx: int, dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
-        self._batch_end(trainer, _PREDICT, batch_idx)
-
-    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._guard(self._stage_end, trainer, _PREDICT)
-
-    # -- the step functions the hooks call ------------------------------------------------
+    # -- the step functions the stages' start and end hooks call ---------------------------
 
     def _stage_start(self, trainer: Trainer, spec: StageHooks) -> None:
         self.attachment.start_watch()
@@ -228,27 +175,56 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
             planned = sum(planned) if isinstance(planned, list) else planned
             self.attachment.restart(spec.stage, 0, planned, detail)
 
-    # The evaluation stages' steps (one per batch): as the train row's, the guard runs only
-    # for a step in or next to a window.
-
-    def _batch_start(self, trainer: Trainer, spec: StageHooks) -> None:
-        windows = self._profiled[spec.stage]
-        if windows is None or trainer.sanity_checking:  # (the sanity check: never profiled)
-            return
-        if not windows.begin_quiet(windows.next_step):
-            self._guard(windows.begin, windows.next_step, spec.step_name)
-
-    def _batch_end(self, trainer: Trainer, spec: StageHooks, batch_idx: int) -> None:
-        windows = self._windows[spec.stage]
-        if windows.open_step is not None:  # begun (so a chosen stage, not a sanity check)
-            if not windows.end_quiet():
-                self._guard(windows.end, batch_idx)
-            windows.next_step += 1
-
     def _stage_end(self, trainer: Trainer, spec: StageHooks) -> None:
         if trainer.sanity_checking or spec.stage not in self.stages:
             return
         self._windows[spec.stage].finish()
 
 
-_TRAIN, _VALIDATE, _TEST, _PREDICT = (hooks_of(stage) for stage in STAGES)
+def _evaluation_hooks(row: StageHooks) -> dict[str, Callable[..., None]]:
+    """The four hooks of an evaluation stage's row: one step per batch. As the train row's,
+    the guard runs only for a step in or next to a window."""
+    stage = row.stage
+
+    def start(self: NeuronProfilerCallback, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_start, trainer, row)
+
+    def batch_start(
+        self: NeuronProfilerCallback,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        windows = self._profiled[stage]
+        if windows is None or trainer.sanity_checking:  # (the sanity check: never profiled)
+            return
+        if not windows.begin_quiet(windows.next_step):
+            self._guard(windows.begin, windows.next_step, row.step_name)
+
+    def batch_end(
+        self: NeuronProfilerCallback,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        windows = self._windows[stage]
+        if windows.open_step is not None:  # begun (so a chosen stage, not a sanity check)
+            if not windows.end_quiet():
+                self._guard(windows.end, batch_idx)
+            windows.next_step += 1
+
+    def end(self: NeuronProfilerCallback, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._guard(self._stage_end, trainer, row)
+
+    return {row.start: start, row.batch_start: batch_start, row.batch_end: batch_end, row.end: end}
+
+
+_TRAIN = STAGE_HOOKS[0]
+for _row in STAGE_HOOKS[1:]:  # validate, test, predict: their hooks, made from their rows
+    for _name, _hook in _evaluation_hooks(_row).items():
+        setattr(NeuronProfilerCallback, _name, _hook)

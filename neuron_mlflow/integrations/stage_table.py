@@ -1,9 +1,9 @@
 """The Lightning callback's stage table: where each stage's steps begin and end.
 
-:class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback` defines each stage's
-hooks as plain methods that pass the stage's row of :data:`STAGE_HOOKS` to one shared step
-function (a test checks every hook named here is one of its methods). Only names here:
-nothing imports ``lightning``.
+:class:`~neuron_mlflow.integrations.lightning.NeuronProfilerCallback` makes the evaluation
+stages' hooks from their rows of :data:`STAGE_HOOKS` (the train row's are written out; a test
+checks every hook named here is one of its methods). Only names here: nothing imports
+``lightning``.
 
 Example:
     >>> [row.batch_start for row in STAGE_HOOKS][:2]
@@ -45,7 +45,7 @@ class StageHooks:
         """The name that marks the stage's steps in a window (``neuron_mlflow: train_step``).
 
         Example:
-            >>> hooks_of("train").step_name
+            >>> STAGE_HOOKS[0].step_name
             'train_step'
         """
         return f"{self.stage}_step"
@@ -62,13 +62,3 @@ STAGE_HOOKS = (
                "on_predict_batch_end", "on_predict_epoch_end", False, "num_predict_batches"),
 )  # fmt: skip
 """The stage table: where each stage's steps begin and end, and how they are counted."""
-
-
-def hooks_of(stage: str) -> StageHooks:
-    """The row of :data:`STAGE_HOOKS` of ``stage``.
-
-    Example:
-        >>> hooks_of("test").batch_end
-        'on_test_batch_end'
-    """
-    return next(row for row in STAGE_HOOKS if row.stage == stage)
