@@ -25,7 +25,7 @@ Example:
     ...     if not windows.end_quiet():
     ...         attach.guard(windows.end, step + 1)
     >>> attach.end()
-    >>> attach.wait(), attach.summaries["train"].steps
+    >>> attach.wait(), windows.summary.steps
     (True, 2)
 """
 
@@ -108,10 +108,6 @@ class Attachment:
     @property
     def run_id(self) -> str | None:
         return self.options.run_id if self.options is not None else None
-
-    @property
-    def summaries(self) -> dict[str, OpSummary]:
-        return {s: w.summary for s, w in self.windows.items() if w.summary is not None}
 
     def start(
         self,
@@ -229,14 +225,6 @@ class Attachment:
             done = bool(Guard(self.config.strict)(windows.wait, left)) and done
         return done
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"version": 1, "done": {s: sorted(w.done) for s, w in self.windows.items()}}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for stage, done in state_dict.get("done", {}).items():
-            if stage in self.windows:
-                self.windows[stage].done.update(int(i) for i in done)
-
 
 class AttachedFrontEnd:
     """What a framework's front end shows its user, read from its :class:`Attachment`
@@ -269,7 +257,8 @@ class AttachedFrontEnd:
     @property
     def summaries(self) -> dict[str, OpSummary]:
         """The last window's op summary of each stage this rank captured."""
-        return self.attachment.summaries
+        windows = self.attachment.windows.items()
+        return {s: w.summary for s, w in windows if w.summary is not None}
 
     @property
     def run_id(self) -> str | None:
@@ -294,8 +283,12 @@ class AttachedFrontEnd:
 
     def state_dict(self) -> dict[str, Any]:
         """Which windows each stage has logged, so a resumed run does not log them again."""
-        return self.attachment.state_dict()
+        windows = self.attachment.windows.items()
+        return {"version": 1, "done": {s: sorted(w.done) for s, w in windows}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (missing keys read as defaults)."""
-        self.attachment.load_state_dict(state_dict)
+        windows = self.attachment.windows
+        for stage, done in state_dict.get("done", {}).items():
+            if stage in windows:
+                windows[stage].done.update(int(i) for i in done)

@@ -151,7 +151,7 @@ def autolog_summary() -> OpSummary | None:
     """The last window's op summary of the loop profiled by the optimizer hook (waits,
     bounded, for the worker to summarise it), ``None`` before the first."""
     loop = _state.loop or _state.last_loop
-    return loop.attach.summaries.get(STAGE) if loop is not None else None
+    return loop.windows.summary if loop is not None else None
 
 
 def autolog_run_id() -> str | None:
