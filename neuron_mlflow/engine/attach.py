@@ -6,9 +6,9 @@ optimizer-step hook of ``autolog``) is its framework's hooks plus a few calls in
 :class:`~neuron_mlflow.engine.options.Options` of this process, the worker, the system
 metrics), the stages' :class:`~neuron_mlflow.engine.stages.StageWindows` in the step hooks,
 :meth:`~Attachment.start_watch` when the loop starts (capture requests, the slow-step
-trigger), :meth:`~Attachment.abort` on an exception and :meth:`~Attachment.end` when the
-loop ends: after it nothing of ours runs in the process (no thread, no signal handler) and
-the worker finishes the uploads; :meth:`~Attachment.wait` waits for them.
+trigger) and :meth:`~Attachment.end` when the loop ends or raised: after it nothing of ours
+runs in the process (no thread, no signal handler) and the worker finishes the uploads;
+:meth:`~Attachment.wait` waits for them.
 
 Example:
     >>> import tempfile, torch
@@ -92,7 +92,6 @@ class Attachment:
         """The windows of the profiled stages (``None`` for the others): a step hook's test."""
         self._worker: WorkerClient | None = None
         self._run: str | None = None  # the run Options.resolve opened for us: ended by end()
-        self._raised: BaseException | None = None  # what the loop raised (abort)
         self._system: SystemMetrics | None = None
         self.guard = Guard(config.strict, self.turn_off)
         """Runs a hook's body: a failure of ours is one report (:mod:`~neuron_mlflow.engine.
@@ -185,20 +184,17 @@ class Attachment:
             if windows.session is not None:
                 windows.session.turn_off(exc)
 
-    def abort(self, exc: BaseException) -> None:
-        """The training raised ``exc``: every open window keeps its capture (incomplete)."""
-        self._raised = exc
-        for windows in self.windows.values():
-            self.guard(windows.abort, exc)
-
-    def end(self) -> None:
-        """The framework's loop ended: hand what is left to the worker process and stop what
-        was started (the sessions, the capture-request watcher and its signal handler, the
-        worker registration, the system metrics); a run made for it ends, ``FAILED`` after
-        :meth:`abort`, else ``FINISHED``. Nothing waits for the uploads (:meth:`wait`
+    def end(self, exc: BaseException | None = None) -> None:
+        """The framework's loop ended (or raised ``exc``: every open window keeps its capture,
+        incomplete): hand what is left to the worker process and stop what was started (the
+        sessions, the capture-request watcher and its signal handler, the worker registration,
+        the system metrics); a run made for it ends, ``FAILED`` given ``exc``, else
+        ``FINISHED``. Nothing waits for the uploads (:meth:`wait`
         does), except for a window asked for on demand whose asker waits for its ``done``
         answer (at most ``upload_timeout_s``). Idempotent."""
         for windows in self.windows.values():
+            if exc is not None:
+                self.guard(windows.abort, exc)
             self.guard(windows.close)  # a window still open: partial, to the worker
         for windows in self.windows.values():  # (the watcher is the first stage's)
             watch, windows.watch = windows.watch, None
@@ -213,7 +209,7 @@ class Attachment:
             system, self._system = self._system, None
             self.guard(system.stop)
         run, self._run = self._run, None
-        end_run(run, self._raised)  # (never raises)
+        end_run(run, exc)  # (never raises)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """See :meth:`AttachedFrontEnd.wait`."""

@@ -485,9 +485,7 @@ def _end_loop(wait: bool, exc: BaseException | None = None) -> None:
     if loop is not None:
         _state.last_loop = loop
         with contextlib.suppress(Exception):
-            if exc is not None:
-                loop.attach.abort(exc)  # the window keeps its capture (incomplete)
-            loop.attach.end()
+            loop.attach.end(exc)  # (the window keeps its capture, incomplete)
             if wait:
                 loop.attach.wait()
 

@@ -109,8 +109,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
     def on_exception(
         self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
     ) -> None:
-        self.attachment.abort(exception)  # keeps the capture (incomplete)
-        self.attachment.end()  # Lightning calls no teardown hook after an exception
+        self.attachment.end(exception)  # Lightning calls no teardown hook after an exception
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self.attachment.end()

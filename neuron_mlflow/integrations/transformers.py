@@ -115,11 +115,10 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         self._end(_Unended("train() or an evaluation did not reach its end"))
 
     def _end(self, exc: BaseException) -> None:
-        if self._training or self._evaluating:
-            self._training = self._evaluating = False
-            self.attachment.abort(exc)
+        unended = self._training or self._evaluating
+        self._training = self._evaluating = False
         _unended.discard(self)
-        self.attachment.end()
+        self.attachment.end(exc if unended else None)
 
     # -- training ------------------------------------------------------------------------
 
