@@ -244,11 +244,10 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, model: Any, caller: FrameType
     ) -> None:
         """This process's options (once), the worker, the system metrics, the watcher."""
-        run = None
         if self.attachment.options is None and state.is_world_process_zero:
-            run = _mlflow_callback_run(args, state, model, caller)
+            _set_up_mlflow_callback(args, state, model, caller)
         rank, world_size = getattr(args, "process_index", None), getattr(args, "world_size", None)
-        self.attachment.start(rank=rank, world_size=world_size, run=run, broadcast=_broadcast)
+        self.attachment.start(rank=rank, world_size=world_size, broadcast=_broadcast)
         self.attachment.start_watch()
 
 
@@ -256,11 +255,11 @@ class _Unended(NeuronMlflowError):
     """What an open window is kept with when its ``train()`` never reached its end."""
 
 
-def _mlflow_callback_run(
+def _set_up_mlflow_callback(
     args: TrainingArguments, state: TrainerState, model: Any, caller: FrameType
-) -> tuple[str | None, str | None] | None:
-    """``(tracking_uri, run_id)`` of the run Transformers' ``MLflowCallback`` logs to, when
-    the Trainer has one; ``None`` otherwise (the active run, else a new one, decides).
+) -> None:
+    """Make the run Transformers' ``MLflowCallback`` logs to active, when the Trainer has one,
+    so that the options take it (the active run, else a new one: ``runs.open_run``).
 
     The callback handler calling our hook holds the Trainer's callbacks. An ``MLflowCallback``
     after ours in that list has not set up its run yet: it is set up now, as its own first
@@ -286,10 +285,8 @@ def _mlflow_callback_run(
                 callback.setup(args, state, model)
             import mlflow
 
-            active = mlflow.active_run()
-            if active is not None:
-                return mlflow.get_tracking_uri(), active.info.run_id
-    return None
+            if mlflow.active_run() is not None:
+                return
 
 
 def _broadcast(value: Any) -> Any:
