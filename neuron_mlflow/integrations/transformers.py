@@ -207,7 +207,9 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         _unended.add(self)
         if not self._training:  # evaluate() or predict() on its own
             self._start(args, state, kwargs.get("model"), caller)
-        batches = _length(kwargs.get("eval_dataloader"))
+        batches: int | None = None
+        with contextlib.suppress(Exception):  # none, or a loader without a length
+            batches = len(kwargs["eval_dataloader"])
         planned = None if batches is None else batches - 1
         detail = f"{batches} batches, the first of which is not a step"
         self.attachment.restart("evaluate", 0, planned, detail)
@@ -302,13 +304,6 @@ def _broadcast(value: Any) -> Any:
     else:
         broadcast_object_list(box, from_process=0)
     return box[0]
-
-
-def _length(loader: Any) -> int | None:
-    try:
-        return len(loader)
-    except Exception:
-        return None
 
 
 @atexit.register
