@@ -28,22 +28,12 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
-from neuron_mlflow.summary.ops import OpSummary, RawOp
-
-__all__ = [
-    "CALL_MARKER_PREFIX",
-    "STEP_MARKER_PREFIX",
-    "CapturedStats",
-    "compress_trace",
-    "looks_like_trace",
-    "read_window_trace",
-    "window_trace",
-]
+from neuron_mlflow.naming import CALL_MARKER_PREFIX as CALL_MARKER_PREFIX
+from neuron_mlflow.summary.ops import OpSummary
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
@@ -55,19 +45,14 @@ class CapturedStats:
     """What one window's capture says, as window totals in microseconds.
 
     Attributes:
-        summary: the window's summary, straight from its trace (the live path).
+        summary: the window's summary, straight from its trace (``None``: no trace to read).
         device_busy_pct: the device's busy share of its span, from the trace.
-        cpu_ops, device_rows, top_level_calls: what a summary is built from when there is
-            none (:func:`~neuron_mlflow.summary.ops.build_summary`'s arguments).
         device_state: what the backend read of this window's device, for its analysis (the
             Neuron backend's ``NeuronWindow``): per-window state travels with the window.
     """
 
     summary: OpSummary | None = None
     device_busy_pct: float | None = None
-    cpu_ops: list[RawOp] = field(default_factory=list)
-    device_rows: list[RawOp] = field(default_factory=list)
-    top_level_calls: int = 0
     device_state: Any = None
 
 

@@ -142,14 +142,7 @@ def summarise_window(record: WindowRecord) -> OpSummary:
     stats, source = backend.refine_device_time(CapturedStats(), trace_dir)
     summary = stats.summary
     if summary is None:  # no trace to read: the window's own step count and wall time
-        summary = build_summary(
-            stats.cpu_ops,
-            top_level_calls=stats.top_level_calls,
-            steps=window.steps,
-            wall_time_us=window.wall_time_us,
-            device_label=backend.device_label,
-            device_rows=stats.device_rows,
-        )
+        summary = build_summary([], 0, window.steps, window.wall_time_us, backend.device_label)
     summary = summary.with_partial(window.facts.partial)
     if source is not None:
         window.tags[DEVICE_TIME_SOURCE_TAG] = source
