@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 from neuron_mlflow.naming import HOST_LOAD_TAGS
-
-__all__ = ["HostLoad", "host_load_tags", "sample_host_load"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +28,6 @@ class HostLoad:
     """One sample: CPU jiffies (steal, total) from ``/proc/stat`` (``None`` off Linux), the
     load averages, the CPU count, torch's threads (``None`` when torch is not imported)."""
 
-    at: float
     steal: int | None
     total: int | None
     load_avg_1m: float | None
@@ -62,15 +58,15 @@ def sample_host_load() -> HostLoad:
         threads = None if torch is None else int(torch.get_num_threads())
     except Exception:
         threads = None
-    return HostLoad(time.monotonic(), steal, total, load, os.cpu_count() or 1, threads)
+    return HostLoad(steal, total, load, os.cpu_count() or 1, threads)
 
 
 def host_load_tags(start: HostLoad, end: HostLoad) -> dict[str, str]:
     """The window's host-load tags from its open and close samples.
 
     Example:
-        >>> a = HostLoad(0.0, 100, 1000, 0.5, 2, None)
-        >>> b = HostLoad(1.0, 150, 1200, 1.25, 2, 4)
+        >>> a = HostLoad(100, 1000, 0.5, 2, None)
+        >>> b = HostLoad(150, 1200, 1.25, 2, 4)
         >>> host_load_tags(a, b)  # doctest: +NORMALIZE_WHITESPACE
         {'neuron_mlflow.host_load.load_avg_1m': '1.25',
          'neuron_mlflow.host_load.cpu_count': '2',
