@@ -227,15 +227,13 @@ class OnDemand:
         self._inbox: deque[CaptureRequest] = deque()
         self._outbox: deque[str] = deque()  # status lines for MLflow
         self._file_out: deque[str] = deque()  # the same, for the status file
-        self._step_time: float | None = None
         self._accepted: deque[tuple[str, str]] = deque()  # (request id, artifact path)
         self._waiting_said: set[str] = set()
         self._signal_count = 0
         self._last_step: int | None = None
         self._last_t = 0.0
         self._last_busy = True
-        self._seen: set[str] = set()
-        self._seen_lock = threading.Lock()
+        self._seen: set[str] = set()  # request ids (the poll thread's only)
         self._tag_value: str | None = None
         self._file_key: tuple[int, int] | None = None
         self._started_ns = time.time_ns()
@@ -397,9 +395,8 @@ class OnDemand:
             self.hot = True
 
     def _first_sight(self, request_id: str) -> bool:
-        with self._seen_lock:
-            seen = request_id in self._seen
-            self._seen.add(request_id)
+        seen = request_id in self._seen
+        self._seen.add(request_id)
         return not seen
 
     def _read_file(self) -> None:
@@ -430,20 +427,18 @@ class OnDemand:
             for manifest_path in self._local_dir.glob(f"*/{artifact_path}/{MANIFEST}"):
                 try:
                     record = WindowRecord.load(manifest_path.parent)
-                    manifest = record.manifest
                 except (OSError, ValueError):
                     continue
-                if manifest.get("reason") != f"request {request_id}":
+                window = record.window
+                if window.reason != f"request {request_id}":
                     continue
-                status = record.status
-                if status == "done" and manifest.get("run_id"):
-                    answer = f"done: runs:/{manifest['run_id']}/{artifact_path}"
-                elif status == "incomplete":
-                    answer = f"failed: {manifest.get('error') or 'incomplete'}"
-                elif manifest.get("handled"):
-                    error = manifest.get("error")
+                if record.status == "done" and window.run_id:
+                    answer = f"done: runs:/{window.run_id}/{artifact_path}"
+                elif record.status == "incomplete":
+                    answer = f"failed: {window.error or 'incomplete'}"
+                elif window.handled:
                     answer = (
-                        f"failed: {error}" if error and manifest.get("failed_step") != "upload"
+                        f"failed: {window.error}" if window.error and window.failed_step != "upload"
                         else f"done: {artifact_path} kept in {record.path} (not "
                         "uploaded: `neuron-mlflow sync` sends it)"
                     )  # fmt: skip
@@ -465,22 +460,19 @@ class OnDemand:
             with path.open("a", encoding="utf-8") as out:
                 out.write("".join(f"{s}\n" for s in statuses))
 
-    def _heartbeat(self) -> tuple[int, float]:
+    def _heartbeat(self) -> tuple[int, float, float | None]:
+        """The step now, the steps per second and seconds per step since the last poll."""
         step, now = self._current_step(), time.time()
-        rate = 0.0
-        if self._beat is not None and now > self._beat[1]:
-            rate = max(0.0, (step - self._beat[0]) / (now - self._beat[1]))
         previous, self._beat = self._beat, (step, now)
-        self._step_time = (
-            (now - previous[1]) / (step - previous[0])
-            if previous is not None and step > previous[0]
-            else None
-        )
-        return step, rate
+        if previous is None:
+            return step, 0.0, None
+        rate = max(0.0, (step - previous[0]) / (now - previous[1])) if now > previous[1] else 0.0
+        step_time = (now - previous[1]) / (step - previous[0]) if step > previous[0] else None
+        return step, rate, step_time
 
     def _talk_to_mlflow(self) -> None:
         self._write_status_files()
-        step, rate = self._heartbeat()
+        step, rate, step_time = self._heartbeat()
         run_id = self._run()
         if run_id is None:
             return
@@ -505,8 +497,7 @@ class OnDemand:
                     self._first_poll = False
                     answered = status_request_id(tags.get(capture_status_tag(self.rank), ""))
                     if answered is not None and not self._outbox:
-                        with self._seen_lock:
-                            self._seen.add(answered)
+                        self._seen.add(answered)
                 value = tags.get(CAPTURE_REQUEST_TAG)
                 if value is not None and value != self._tag_value:
                     self._tag_value = value
@@ -523,9 +514,9 @@ class OnDemand:
                 if statuses:
                     batch_tags.append(RunTag(capture_status_tag(self.rank), statuses[-1]))
                 metrics = []
-                if self.rank == 0 and self._step_time is not None:
+                if self.rank == 0 and step_time is not None:
                     metrics.append(
-                        Metric(STEP_TIME_METRIC, self._step_time, int(time.time() * 1000), step)
+                        Metric(STEP_TIME_METRIC, step_time, int(time.time() * 1000), step)
                     )
                 try:
                     client.log_batch(run_id, metrics=metrics, tags=batch_tags)
