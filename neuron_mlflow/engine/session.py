@@ -60,9 +60,6 @@ from neuron_mlflow.sinks.spool import Spool, WindowRecord
 from neuron_mlflow.sinks.window_record import Window as Record
 from neuron_mlflow.summary.ops import OpSummary, summary_from_dict
 
-_capturing: weakref.WeakSet[ProfilingSession] = weakref.WeakSet()
-"""Sessions with an open window: torch.profiler cannot run two captures at once."""
-
 REQUESTED_BASE = 1_000_000
 """Requested windows are numbered from here (scheduled windows count from 0)."""
 
@@ -489,7 +486,7 @@ class ProfilingSession:
             self.guarded(watch.close)
         self._results.close()
         _open_sessions.discard(self)
-        if not _capturing:  # no window open in this process: SIGTERM's handler goes back
+        if not signals.capturing:  # no window open in this process: SIGTERM's handler goes back
             signals.uninstall()
         if self._system is not None:
             system, self._system = self._system, None
@@ -523,7 +520,7 @@ class ProfilingSession:
         self.disabled = True
         self._next_start = None
         capture, self._capture = self._capture, None
-        _capturing.discard(self)
+        signals.capturing.discard(self)
         self._end_capturing()
         if capture is not None:
             with suppress(Exception):
@@ -559,7 +556,7 @@ class ProfilingSession:
             assert found is not None and found.start == self.step_num  # schedule invariant
             window = found
         self._next_start = self._next_after(window.last + 1)
-        busy = [other.prefix for other in _capturing if other is not self]
+        busy = [other.prefix for other in signals.capturing if other is not self]
         if busy:
             warnings.warn(
                 f"neuron-mlflow: window {window.index} of {self.prefix} (steps "
@@ -588,8 +585,8 @@ class ProfilingSession:
                 self._end_capturing()
         if capture.prof is not None:
             self._capture = capture
-            _capturing.add(self)
-            signals.install(lambda: list(_capturing))  # SIGTERM keeps the open window
+            signals.capturing.add(self)
+            signals.install()  # SIGTERM keeps the open window
 
     def _session_record(self) -> Record:
         """What every window's record of this session holds (:func:`finish.session_record`),
@@ -616,7 +613,7 @@ class ProfilingSession:
         if capture is None:
             return None
         self._capture = None
-        _capturing.discard(self)
+        signals.capturing.discard(self)
         try:  # the capturing claim is released after the job is queued
             self.guarded(capture.exit_marker)
             self.guarded(capture.stop)

@@ -8,7 +8,7 @@ window is open in the process).
 
 Example:
     >>> import signal
-    >>> install(list)  # on the main thread; idempotent
+    >>> install()  # on the main thread; idempotent
     >>> signal.getsignal(signal.SIGTERM) is _on_sigterm
     True
     >>> uninstall()
@@ -21,25 +21,21 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+import weakref
 from typing import Any
 
 SUMMARY_WAIT_S = 10.0
 """How long the SIGTERM handler waits for the open windows' summaries (seconds)."""
 
+capturing: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The sessions with an open window (each has ``flush()`` and ``wait_summaries(timeout_s)``)."""
+
 _previous: Any = None
-_sessions: Callable[[], Iterable[Any]] = list
 
 
-def install(open_sessions: Callable[[], Iterable[Any]]) -> None:
-    """Put our SIGTERM handler in front of the current one (main thread only; idempotent).
-
-    Args:
-        open_sessions: returns the sessions with an open window (each has ``flush()`` and
-            ``wait_summaries(timeout_s)``).
-    """
-    global _previous, _sessions
-    _sessions = open_sessions
+def install() -> None:
+    """Put our SIGTERM handler in front of the current one (main thread only; idempotent)."""
+    global _previous
     if threading.current_thread() is not threading.main_thread():
         return
     with contextlib.suppress(ValueError, OSError):
@@ -63,7 +59,7 @@ def uninstall() -> None:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     with contextlib.suppress(Exception):
-        sessions = list(_sessions())
+        sessions = list(capturing)
         for session in sessions:
             with contextlib.suppress(Exception):
                 session.flush()  # spooled as partial, handed to the worker
