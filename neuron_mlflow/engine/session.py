@@ -31,7 +31,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_mlflow.capture.backends import resolve_backend
@@ -84,122 +84,39 @@ class _Handed:
     finished: bool = False
     reported: bool = False
 
-
-@dataclass
-class Results:
-    """A session's windows handed to the worker process, read back from the spool only when
-    the user (or ``close()``) asks."""
-
-    client: WorkerClient
-    handed: list[_Handed] = field(default_factory=list)
-    closed: bool = False
-
-    def hand_off(self, path: Path, window: Record) -> Path:
-        """Queue the window's record for the worker (it puts the window at ``path``)."""
-        job = self.client.submit(window)
-        self.handed.append(_Handed(path))
-        return job
-
-    def _read(self, handed: _Handed, summaries_only: bool) -> bool:
+    def read(self, summaries_only: bool) -> bool:
         """Read the window's manifest; True when the worker is done with what we wait for."""
-        if handed.finished:
+        if self.finished:
             return True
         try:
-            record = WindowRecord.load(handed.path)
+            record = WindowRecord.load(self.path)
         except (OSError, ValueError):
             return False  # being written (atomically replaced): read it again
-        if handed.summary is None and record.window.summarised:
+        if self.summary is None and record.window.summarised:
             try:
                 data = json.loads((record.artifacts_dir / "summary.json").read_text("utf-8"))
-                handed.summary = summary_from_dict(data["summary"])
-                handed.record = record
+                self.summary = summary_from_dict(data["summary"])
+                self.record = record
             except (OSError, ValueError, KeyError):
                 return False
         if record.window.handled or record.status == "done":  # (done by `sync`, maybe)
-            handed.record = record
-            handed.finished = True
+            self.record = record
+            self.finished = True
             return True
-        return summaries_only and handed.summary is not None
+        return summaries_only and self.summary is not None
 
-    def wait(self, timeout_s: float, strict: bool, summaries_only: bool = False) -> bool:
-        """Wait (at most ``timeout_s``) for the handed windows; True when none is left.
 
-        With ``summaries_only`` wait until each window is summarised, not for its upload. A
-        failure of the worker is reported once (a warning), or raised when ``strict``.
-        """
+def _last_run(handed: list[_Handed]) -> str | None:
+    """The run of the last handed window whose record names one (the worker writes the run
+    it chose there), read now without waiting."""
+    for one in reversed(handed):
         try:
-            with self.client.hurried():
-                deadline = time.monotonic() + timeout_s
-                next_check = time.monotonic() + RESPAWN_CHECK_S
-                for handed in self.handed:
-                    while not self._read(handed, summaries_only):
-                        now = time.monotonic()
-                        if now >= deadline:
-                            return False
-                        if now >= next_check:
-                            self.client.ensure_running()  # a worker that died is started again
-                            next_check = now + RESPAWN_CHECK_S
-                        time.sleep(min(0.005, max(0.0, deadline - now)))
-                    self._report(handed, strict)
-                return True
-        finally:
-            if self.closed:  # (ensure_running registered it again)
-                self.client.close()
-
-    def _report(self, handed: _Handed, strict: bool) -> None:
-        record = handed.record
-        if not handed.finished or handed.reported or record is None:
-            return
-        handed.reported = True
-        error, step = record.window.error, record.window.failed_step
-        if not error or step is None:
-            return
-        if strict:
-            raise NeuronMlflowError(f"neuron-mlflow: {error}")
-        if step == "upload":
-            report(
-                f"neuron-mlflow: {error}; it is kept at {record.path} (pending). Run "
-                f"`neuron-mlflow sync --local-dir {self.client.root}` to upload it later"
-            )
-        else:
-            report(f"neuron-mlflow: {error}")
-
-    def close(self) -> None:
-        """This process hands no more windows (the worker finishes the queue, then exits)."""
-        self.closed = True
-        self.client.close()
-
-    @property
-    def summary(self) -> OpSummary | None:
-        """The summary of the last window summarised so far."""
-        return next((h.summary for h in reversed(self.handed) if h.summary is not None), None)
-
-    @property
-    def records(self) -> list[WindowRecord]:
-        """The handed windows read back so far (summarised), oldest first."""
-        return [h.record for h in self.handed if h.record is not None and h.summary is not None]
-
-    def last_run(self) -> str | None:
-        """The run of the last handed window whose record names one (the worker writes the
-        run it chose there), read now without waiting."""
-        for handed in reversed(self.handed):
-            try:
-                run_id = WindowRecord.load(handed.path).window.run_id
-            except (OSError, ValueError):
-                continue
-            if run_id:
-                return str(run_id)
-        return None
-
-    @property
-    def run_id(self) -> str | None:
-        """The run the last uploaded window went to (as read back so far)."""
-        for handed in reversed(self.handed):
-            if handed.record is not None and handed.record.status == "done":
-                run = handed.record.window.run_id
-                if run:
-                    return str(run)
-        return None
+            run_id = WindowRecord.load(one.path).window.run_id
+        except (OSError, ValueError):
+            continue
+        if run_id:
+            return str(run_id)
+    return None
 
 
 class ProfilingSession:
@@ -263,7 +180,8 @@ class ProfilingSession:
         if self._next_start is not None:  # the worker imports MLflow before the first window
             with suppress(Exception):  # early is a bonus: the first window starts it anyway
                 self._worker.ensure_running()
-        self._results = Results(self._worker)
+        self._handed: list[_Handed] = []  # read back from the spool only when asked
+        self._handed_all = False  # close() told the worker: no more windows from here
         self._capturing_claim: Claim | None = None
         self._base: Record | None = None  # every window's common part (:meth:`_session_record`)
         self._stopped: LiveWindow | None = None  # the last window's profiler, to free
@@ -271,11 +189,10 @@ class ProfilingSession:
         self._system: SystemMetrics | None = None
         self._watch: OnDemand | None = None
         if not options.attached:  # (an attached front end runs them for the whole job)
-            active = options.current_run()
-            results = self._results
+            active, handed = options.current_run(), self._handed
 
             def known_run() -> str | None:
-                return active or results.last_run()
+                return active or _last_run(handed)
 
             self._system = self.guarded(
                 start_system_metrics, config, self.backend.name, known_run, options.tracking_uri
@@ -357,12 +274,51 @@ class ProfilingSession:
 
         In strict mode a failure of ours while finishing a window is raised here.
         """
-        return self._results.wait(timeout_s, strict=self.config.strict)
+        return self._wait(timeout_s, self.config.strict)
 
     def wait_summaries(self, timeout_s: float = WAIT_S) -> bool:
         """Wait (at most ``timeout_s``) until the windows handed to the worker are summarised
         (not for their upload); True when done."""
-        return self._results.wait(timeout_s, strict=False, summaries_only=True)
+        return self._wait(timeout_s, strict=False, summaries_only=True)
+
+    def _wait(self, timeout_s: float, strict: bool, summaries_only: bool = False) -> bool:
+        """A failure of the worker is reported once (a warning), or raised when ``strict``."""
+        try:
+            with self._worker.hurried():
+                deadline = time.monotonic() + timeout_s
+                next_check = time.monotonic() + RESPAWN_CHECK_S
+                for handed in self._handed:
+                    while not handed.read(summaries_only):
+                        now = time.monotonic()
+                        if now >= deadline:
+                            return False
+                        if now >= next_check:
+                            self._worker.ensure_running()  # a worker that died is started again
+                            next_check = now + RESPAWN_CHECK_S
+                        time.sleep(min(0.005, max(0.0, deadline - now)))
+                    self._report(handed, strict)
+                return True
+        finally:
+            if self._handed_all:  # (ensure_running registered it again)
+                self._worker.close()
+
+    def _report(self, handed: _Handed, strict: bool) -> None:
+        record = handed.record
+        if not handed.finished or handed.reported or record is None:
+            return
+        handed.reported = True
+        error, step = record.window.error, record.window.failed_step
+        if not error or step is None:
+            return
+        if strict:
+            raise NeuronMlflowError(f"neuron-mlflow: {error}")
+        if step == "upload":
+            report(
+                f"neuron-mlflow: {error}; it is kept at {record.path} (pending). Run "
+                f"`neuron-mlflow sync --local-dir {self._worker.root}` to upload it later"
+            )
+        else:
+            report(f"neuron-mlflow: {error}")
 
     @property
     def summary(self) -> OpSummary | None:
@@ -370,20 +326,23 @@ class ProfilingSession:
 
         Waits for the worker to summarise the windows handed to it, never for their upload.
         """
-        self._results.wait(WAIT_S, strict=self.config.strict, summaries_only=True)
-        return self._results.summary
+        self._wait(WAIT_S, self.config.strict, summaries_only=True)
+        return next((h.summary for h in reversed(self._handed) if h.summary is not None), None)
 
     @property
     def records(self) -> list[WindowRecord]:
         """The windows this session spooled and summarised, oldest first (no upload wait)."""
-        self._results.wait(WAIT_S, strict=self.config.strict, summaries_only=True)
-        return self._results.records
+        self._wait(WAIT_S, self.config.strict, summaries_only=True)
+        return [h.record for h in self._handed if h.record is not None and h.summary is not None]
 
     @property
     def run_id(self) -> str | None:
         """The MLflow run the last window was logged to (``None`` if none was logged)."""
         self.wait()
-        return self._results.run_id
+        done = [
+            h.record for h in self._handed if h.record is not None and h.record.status == "done"
+        ]
+        return next((str(r.window.run_id) for r in reversed(done) if r.window.run_id), None)
 
     # -- stepping -----------------------------------------------------------------------
 
@@ -429,7 +388,7 @@ class ProfilingSession:
         finally:
             self.step_num += 1
         if action == Action.RECORD_AND_SAVE:
-            return self._finish_window(status="pending", partial=False, place_now=False)
+            return self._finish_window(cut_short=False)
         return None
 
     def step(self) -> None:
@@ -450,7 +409,7 @@ class ProfilingSession:
         self.step_num += 1
         with suppress(Exception):
             error = f"{type(exc).__name__}: {exc}"
-            record = self._finish_window(status="incomplete", partial=True, error=error)
+            record = self._finish_window(error=error)
             if record is not None:
                 report(
                     f"neuron-mlflow: the profiled code raised ({error}); what was captured "
@@ -464,7 +423,7 @@ class ProfilingSession:
         Returns:
             The spooled window, if one was open.
         """
-        return self._finish_window(status="pending", partial=True)
+        return self._finish_window()
 
     def close(self) -> None:
         """Stop a window still open (logged as partial), hand what is left to the worker
@@ -484,7 +443,8 @@ class ProfilingSession:
             if watch.awaiting_windows:
                 self.guarded(self.wait, self.config.upload_timeout_s)
             self.guarded(watch.close)
-        self._results.close()
+        self._handed_all = True  # the worker finishes the queue, then exits
+        self._worker.close()
         _open_sessions.discard(self)
         if not signals.capturing:  # no window open in this process: SIGTERM's handler goes back
             signals.uninstall()
@@ -492,7 +452,7 @@ class ProfilingSession:
             system, self._system = self._system, None
             system.sampler.stop()  # no more samples; those taken wait for their run
             needs_run: bool | None = self.guarded(system.needs_run)
-            if needs_run and self._results.handed:  # the run comes with the first upload
+            if needs_run and self._handed:  # the run comes with the first upload
                 self.guarded(self.wait, self.config.upload_timeout_s)
             self.guarded(system.stop)
 
@@ -577,8 +537,7 @@ class ProfilingSession:
         self._capturing_claim = self.guarded(self._worker.capturing)
         try:
             self.guarded(self._worker.ensure_running)  # a worker runs, before the window
-            if self._base is None:  # made once, outside a window
-                self.guarded(self._session_record)
+            self.guarded(self._session_record)  # made once, before the profiler starts
             self.guarded(capture.start)
         finally:
             if capture.prof is None:  # it did not start (strict mode raised, or off)
@@ -602,13 +561,14 @@ class ProfilingSession:
         return self._base
 
     def _finish_window(
-        self, status: str, partial: bool, error: str | None = None, place_now: bool = True
+        self, cut_short: bool = True, error: str | None = None
     ) -> WindowRecord | None:
         """Stop the profiler here (the trace is written), write the window's one record and
         queue it for the worker process, which puts the window in place: all the training
-        thread does. With ``place_now`` (an exception, a stage's end, a signal: the process
-        may end next) this thread puts it in place first, the same way (:meth:`Spool.place`).
-        Returns the window's record (its ``path`` is where it is, or will be, in place)."""
+        thread does. A window ``cut_short`` (partial: the user's exception ``error``, which
+        makes it incomplete, a stage's end, a signal: the process may end next) is put in
+        place here first, the same way (:meth:`Spool.place`). Returns the window's record
+        (its ``path`` is where it is, or will be, in place)."""
         capture = self._capture
         if capture is None:
             return None
@@ -621,15 +581,16 @@ class ProfilingSession:
             if capture.recorded_steps == 0:  # interrupted during warm-up
                 shutil.rmtree(capture.staging, ignore_errors=True)
                 return None
-            base = self._base if self._base is not None else self.guarded(self._session_record)
+            base = self.guarded(self._session_record)
             if base is None:
                 return None
-            upload = self.upload_enabled and status != "incomplete"
+            upload = self.upload_enabled and error is None
             skew = None
             if base.rank == 0 and base.world_size > 1 and upload:
                 skew = sorted(self.options.capture_ranks or range(base.world_size))
             window = self.guarded(
-                end_record, base, capture, status=status, partial=partial, error=error,
+                end_record, base, capture, status="pending" if error is None else "incomplete",
+                partial=cut_short, error=error,
                 metric_step=None if self._metric_step is None else self._metric_step(),
                 run_id=self.options.current_run(),
                 tracking_uri=self.options.tracking_uri, upload=upload, skew_ranks=skew,
@@ -637,17 +598,23 @@ class ProfilingSession:
             if window is None:
                 return None
             path = queued_place(self._spool.root, window)
-            if place_now:  # in place before the step returns, then queued
+            if cut_short:  # in place before the step returns, then queued
                 record = self.guarded(self._spool.place, window)
                 if record is not None:
-                    self.guarded(self._results.hand_off, path, window)
+                    self.guarded(self._hand_off, path, window)
                 return record
-            if self.guarded(self._results.hand_off, path, window) is None:
+            if self.guarded(self._hand_off, path, window) is None:
                 # the record could not be queued: the window goes in place here, for `sync`
                 return self.guarded(self._spool.place, window)
             return WindowRecord(path=path, window=window)
         finally:  # a worker that sees neither the job nor the claim may leave
             self._end_capturing()
+
+    def _hand_off(self, path: Path, window: Record) -> Path:
+        """Queue the window's record for the worker (it puts the window at ``path``)."""
+        job = self._worker.submit(window)
+        self._handed.append(_Handed(path))
+        return job
 
     def __repr__(self) -> str:
         return f"ProfilingSession(prefix={self.prefix!r}, step={self.step_num})"
