@@ -530,24 +530,6 @@ class OnDemand:
             log.debug("neuron-mlflow: capture poll of run %s failed: %s", run_id, exc)
 
 
-def start_for_session(session: Any, run: Callable[[], str | None]) -> OnDemand | None:
-    """The watcher of a :class:`~neuron_mlflow.engine.session.ProfilingSession` driven by the
-    decorator or a ``with`` block (its steps are the session's own), started; ``run`` gives
-    the run its events go to (the session's, as far as it knows it now)."""
-    rank, world_size = session._rank()
-    return OnDemand(
-        session.config,
-        session.prefix,
-        rank=rank,
-        world_size=world_size,
-        request=session.request_window,
-        busy=lambda: session.window_open,
-        current_step=lambda: session.step_num,
-        run=run,
-        tracking_uri=session.options.tracking_uri,
-    ).start()
-
-
 def start_for_stage(
     windows: Any, *, rank: int, world_size: int, run_id: str | None, tracking_uri: str | None
 ) -> OnDemand | None:

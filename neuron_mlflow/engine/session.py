@@ -38,7 +38,7 @@ from neuron_mlflow.capture.backends import resolve_backend
 from neuron_mlflow.capture.live import LiveWindow
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine import signals
-from neuron_mlflow.engine.capture_requests import OnDemand, start_for_session
+from neuron_mlflow.engine.capture_requests import OnDemand
 from neuron_mlflow.engine.environment import package_version, rank_and_world_size
 from neuron_mlflow.engine.finish import end_record, session_record
 from neuron_mlflow.engine.guard import Guard, report
@@ -197,7 +197,22 @@ class ProfilingSession:
             self._system = self.guarded(
                 start_system_metrics, config, self.backend.name, known_run, options.tracking_uri
             )
-            self._watch = self.guarded(start_for_session, self, known_run)
+            self._watch = self.guarded(self._start_watch, known_run)
+
+    def _start_watch(self, run: Callable[[], str | None]) -> OnDemand | None:
+        """Capture requests and the slow-step trigger on this session's own steps."""
+        rank, world_size = self._rank()
+        return OnDemand(
+            self.config,
+            self.prefix,
+            rank=rank,
+            world_size=world_size,
+            request=self.request_window,
+            busy=lambda: self.window_open,
+            current_step=lambda: self.step_num,
+            run=run,
+            tracking_uri=self.options.tracking_uri,
+        ).start()
 
     def _next_after(self, step: int) -> int | None:
         scheduled = next_window_start_skipping(self.config.schedule, self.skip_windows, step)
