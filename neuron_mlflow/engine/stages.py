@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.errors import ConfigError
-from neuron_mlflow.schedule import Action, Window, action_at, next_window_start, window_at
+from neuron_mlflow.schedule import Window, next_window_start, window_at
 
 if TYPE_CHECKING:
     from neuron_mlflow.engine.capture_requests import OnDemand
@@ -204,12 +204,11 @@ class StageWindows:
         self.metric_step = metric_step
         if self.session is not None:
             self.session.end_step()
-        schedule = self.config.schedule
-        window = window_at(schedule, step)
+        window = window_at(self.config.schedule, step)
         if window is None or step == window.last:
             self.quiet_until = self._first_start(step + 1)
-        if window is not None and action_at(schedule, step) == Action.RECORD_AND_SAVE:
-            self.done.add(window.index)  # nothing waits for its summary, no rank meets another
+            if window is not None:  # its last step: nothing waits, no rank meets another
+                self.done.add(window.index)
 
     def finish(self, last_step: int | None = None) -> None:
         """The stage ends after ``last_step`` (default: the open step, else the one before
