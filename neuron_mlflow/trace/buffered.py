@@ -1,11 +1,7 @@
-"""The buffered trace pass: exact for files in any order, memory in proportion to the file.
-
-Every event the passes read is kept, sorted into start order (ties: the longer one first, so
-a parent comes before a child that starts with it; then file order) and handed to the
-streaming pass (:func:`neuron_mlflow.trace.streaming.streaming_pass`), which a file in start
-order never puts out of its windows: one definition of the call tree, the launch links and
-the busy time for both passes. :func:`neuron_mlflow.trace.summarize.summarize_trace` uses
-this pass for files the streaming pass cannot place in order.
+"""The buffered trace pass, for files the streaming pass cannot place in order (``docs/cli.md``):
+the events it reads, sorted into start order (ties: the longer first, a parent before a child
+that starts with it; then file order), through the streaming pass, so both passes share one
+call tree, one launch join and one busy time.
 
 Example:
     >>> import json, tempfile

@@ -1,16 +1,6 @@
-"""One thread's operators, logged and replayed in step with its runtime calls.
-
-The streaming pass's (:mod:`neuron_mlflow.trace.streaming`, which the buffered pass uses
-too): the call tree, self and total times, top-level calls,
-what counts inside marked ranges (:mod:`neuron_mlflow.trace.rules`), the runtime calls as
-rows of their own (torch's ``key_averages()`` rules: a runtime call is a child of the
-operator that made it, so its time leaves that operator's self CPU) and the call path of
-each runtime call's operator, for the device times.
-
-Which operator made a runtime call: the one whose ``External id`` the call carries, when that
-operator is open on the call's thread and holds the call's whole interval (ends included, so
-a zero-length call at an operator's first or last microsecond goes where the id says); else
-the innermost operator open at the call's start (time nesting).
+"""One thread's operators, logged and replayed in step with its runtime calls: the call tree,
+self and total times, top-level calls, the marked view, runtime calls as rows and the call
+path of each call's operator, by the rules of ``docs/metrics.md`` ("Per-operator numbers").
 
 Example:
     >>> from neuron_mlflow.trace.links import Links, Spill
@@ -75,16 +65,13 @@ class Thread:
         self.stack: list[Entry] = []
         self.placed_until = -math.inf
         self.replayed_to = -math.inf
-        # torch's own tables fold an operator's only child of the same name into it
-        # (``EventList._remove_dup_nodes``: aten::div_ -> aten::div_); so do we. A first
-        # child of the same name waits here, under its parent's entry, until the parent
-        # ends (folded) or has a second child, an operator or a runtime call (kept).
+        # an only child of the same name is folded into its parent, as torch's tables do
+        # (``EventList._remove_dup_nodes``): a first child of the same name waits here, by its
+        # parent's id, until the parent ends (folded) or gets a second child or a call (kept)
         self.candidates: dict[int, tuple[int, float, int, Entry]] = {}
         self.prev: Entry | None = None  # the entry replayed last (None: a call came after it)
-        # call paths (``Totals.node``) of the stack's bottom entries, reused while they stay
-        # open: ``path_nodes[i]`` is the path of ``path_entries[i]``, a stack's entry i then
-        # (an entry is pushed once over entries that stay until it is popped, so while it is
-        # in its place so are those under it, and their cached paths hold)
+        # ``path_nodes[i]``: the call path (``Totals.node``) of ``path_entries[i]``, reused
+        # while that entry is still ``stack[i]`` (the entries under it stay until it is popped)
         self.path_entries: list[Entry] = []
         self.path_nodes: list[int] = []
         # launches made under a folding candidate wait until it is decided: (correlation,

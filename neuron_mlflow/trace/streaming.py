@@ -1,14 +1,8 @@
-"""The streaming trace pass: aggregates as it reads, in memory that does not grow with the file.
-
-Each thread's operators must come in start order (torch and Kineto write them so); they are
-logged (32 bytes each, spilled to a temporary file in blocks) and replayed in step with the
-thread's runtime calls (:mod:`neuron_mlflow.trace.replay`), so a file that writes every CPU
-operator before any runtime call (Kineto's usual layout) needs no more memory than one that
-interleaves them. Launches and device events are joined by correlation id, whichever comes
-first, and device intervals merged in start order (:mod:`neuron_mlflow.trace.links`). A file
-that breaks these orders beyond their windows, or a marker read after another thread of its
-process was replayed past its start, raises :class:`OutOfOrder`:
-:func:`neuron_mlflow.trace.summarize.summarize_trace` then reads it with the buffered pass.
+"""The streaming trace pass: aggregates as it reads, in memory that does not grow with the file
+(how, and the orders it relies on: ``docs/cli.md``, ``summarize``). Each thread's operators are
+logged and replayed in step with its runtime calls (:mod:`neuron_mlflow.trace.replay`);
+launches, device events and busy time are joined in :mod:`neuron_mlflow.trace.links`. A file
+out of those orders raises :class:`OutOfOrder`, and is read again by the buffered pass.
 
 Example:
     >>> import json, tempfile

@@ -1,12 +1,7 @@
-"""Per-op summaries from trace files of any accelerator, the same as a live window's.
-
-What counts is the table in :mod:`neuron_mlflow.trace.rules`: self and total CPU time, calls
-and top-level calls per operator, device time through each device event's runtime call
-(``args.correlation``), input shapes, FLOPs, peak memory, per-kernel totals and the device's
-busy share. One streamed pass in flat memory (:mod:`neuron_mlflow.trace.streaming`); a file
-out of the order trace writers use is read again by the exact pass
-(:mod:`neuron_mlflow.trace.buffered`). Device categories per backend: ``DEVICE_CATEGORIES`` in
-:mod:`neuron_mlflow.trace.totals`.
+"""Per-op summaries from trace files of any accelerator, the same as a live window's, by the
+rules of ``docs/metrics.md`` ("What counts in a window"): one streamed pass in flat memory
+(:mod:`neuron_mlflow.trace.streaming`), or for a file out of the order trace writers use the
+exact pass (:mod:`neuron_mlflow.trace.buffered`).
 
 Example:
     >>> import json, tempfile
