@@ -52,15 +52,6 @@ def add_marker(
     return totals.marker_id(event.name)
 
 
-def instant_event(totals: Totals, event: TraceEvent) -> None:
-    """An ``i`` event: ``[memory]`` instants feed the peak memory."""
-    args = event.args
-    if event.name != "[memory]" or args is None or args.total_allocated is None:
-        return
-    if args.device_type is not None:
-        totals.memory_event(event.pid, event.ts, args.device_type, args.total_allocated)
-
-
 def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
     """Read the events once (``TraceStream.batches()`` of a typed stream), aggregating as it
     goes.
@@ -86,9 +77,12 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
             for event in batch:
                 if event is None:
                     continue
-                if event.ph != "X":
-                    if event.ph == "i":
-                        instant_event(totals, event)
+                if event.ph != "X":  # of the rest, only [memory] instants count (peak memory)
+                    args = event.args
+                    if event.ph == "i" and event.name == "[memory]" and args is not None:
+                        allocated, device = args.total_allocated, args.device_type
+                        if allocated is not None and device is not None:
+                            totals.memory_event(event.pid, event.ts, device, allocated)
                     continue
                 cat = event.cat
                 if cat in OP_CATEGORIES:  # the hot path: kept inline
@@ -118,7 +112,7 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
                     else:
                         index = ids.get(name)  # type: ignore[assignment]
                         if index is None:
-                            index = totals.add_name(name)
+                            index = totals.name_id(name)
                     thread.starts.append(start)
                     thread.durs.append(dur)
                     thread.names.append(index)
@@ -135,7 +129,7 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
                     # its pending entry: (ts, dur, name id, correlation, External id), -1: none
                     index = ids.get(event.name)  # type: ignore[assignment]
                     if index is None:
-                        index = totals.add_name(event.name)
+                        index = totals.name_id(event.name)
                     args = event.args
                     if args is None:
                         thread.pending.append((event.ts, event.dur, index, -1, -1))
@@ -159,7 +153,7 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
                     totals.device_events += 1
                     kernel = ids.get(event.name)
                     if kernel is None:
-                        kernel = totals.add_name(event.name)
+                        kernel = totals.name_id(event.name)
                     kernel_us[kernel] = kernel_us.get(kernel, 0.0) + event.dur
                     busy_add((event.ts, event.ts + event.dur))
                     if len(busy_pending) >= busy_limit:

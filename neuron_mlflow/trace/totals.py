@@ -127,11 +127,6 @@ class Totals:
     node_kids: list[dict[int, int]] = field(default_factory=lambda: [{}])
     nodes: list[Node] = field(default_factory=list)
 
-    def add_name(self, name: str) -> int:
-        """Give ``name`` the next id, with zeroed totals (the caller checked ``ids``)."""
-        index = self.ids[name] = self._new_id(name)
-        return index
-
     def _new_id(self, name: str) -> int:
         index = len(self.names)
         self.names.append(name)
@@ -165,9 +160,11 @@ class Totals:
         return node
 
     def name_id(self, name: str) -> int:
-        """The id of ``name``, added on first sight."""
+        """The id of ``name``, added on first sight with zeroed totals."""
         index = self.ids.get(name)
-        return self.add_name(name) if index is None else index
+        if index is None:
+            index = self.ids[name] = self._new_id(name)
+        return index
 
     def variant_id(self, name: str, dims: bytes, concrete: bytes) -> int:
         """The id of operator ``name`` called with these inputs (``record_shapes`` traces).
