@@ -80,16 +80,6 @@ class Thread:
         self.held: list[tuple[int, list[Entry]]] = []
         self.folded: dict[int, Entry] = {}
         self.links: Links | None = None
-        # the totals that the replay updates, bound once (they only grow in place)
-        self.columns = (
-            totals.count,
-            totals.self_cpu,
-            totals.total_cpu,
-            totals.m_count,
-            totals.m_self_cpu,
-            totals.m_total_cpu,
-            totals.names,
-        )
 
     def _decided(self, child: Entry, folded: bool) -> None:
         """A folding candidate is decided: release the launches that waited on it."""
@@ -151,8 +141,9 @@ class Thread:
         if until > self.replayed_to:
             self.replayed_to = until
         totals, stack, candidates = self.totals, self.stack, self.candidates
-        count, self_cpu, total_cpu, m_count, m_self, m_total, names = self.columns
-        span_start, span_end = totals.span_start, totals.span_end
+        count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu
+        m_count, m_self, m_total = totals.m_count, totals.m_self_cpu, totals.m_total_cpu
+        span_start, span_end, names = totals.span_start, totals.span_end, totals.names
         marked, marks, pid = self.marked, totals.marks, self.pid
         top_level = m_top = 0
         ops = self.head
@@ -371,10 +362,9 @@ class Thread:
                     path_entries.append(entry)
                     path_nodes.append(node)
             launch(correlation, node)
-        if ready > 0 and pending[ready - 1][0] > self.replayed_to:
-            self.replayed_to = pending[ready - 1][0]
         if ready > 0:
             self.placed_until = pending[ready - 1][0]
+            self.replayed_to = max(self.replayed_to, self.placed_until)
         self.pending = pending[ready:]
         # calls written before their operators cannot be placed yet: wait for twice as many
         self.check_at = max(2 * LAUNCH_WINDOW, 2 * len(self.pending))
