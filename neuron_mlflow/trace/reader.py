@@ -96,13 +96,6 @@ def open_trace(path: Path) -> TextIO:
     return path.open("r", encoding="utf-8")
 
 
-def _open_bytes(path: Path) -> io.BufferedIOBase:
-    """Open ``path`` for reading bytes, decompressing ``.gz``."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
-    return path.open("rb")
-
-
 def _utf8_length(text: str) -> int:
     """Length of ``text`` in UTF-8 bytes (no copy for ASCII, the usual case)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -317,7 +310,8 @@ class TraceStream:
 
         In typed mode an entry is ``None`` where an event's times are not numbers.
         """
-        with _open_bytes(self.path) as handle:
+        gzipped = self.path.suffix == ".gz"
+        with gzip.open(self.path, "rb") if gzipped else self.path.open("rb") as handle:
             self._file = handle
             first = self._peek("empty file")  # a broken file keeps its own reason
             if first == "[":
