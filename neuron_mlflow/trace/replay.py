@@ -4,16 +4,17 @@ path of each call's operator, by the rules of ``docs/metrics.md`` ("Per-operator
 
 Example:
     >>> from neuron_mlflow.trace.links import Links, Spill
+    >>> from neuron_mlflow.trace.totals import Totals
     >>> totals = Totals()
-    >>> thread = Thread(totals, Spill(), pid=1)
+    >>> links = Links(totals, Spill())
+    >>> thread = Thread(links, pid=1)
     >>> thread.starts.extend([0.0, 2.0])  # the log: "outer" [0, 10], "inner" [2, 5]
     >>> thread.durs.extend([10.0, 3.0])
     >>> thread.names.extend([totals.name_id("outer"), totals.name_id("inner")])
     >>> thread.exts.extend([1, 2])
     >>> launch = totals.name_id("cudaLaunchKernel")
     >>> thread.pending.append((3.0, 1.0, launch, 7, 2))  # a runtime call inside "inner"
-    >>> links = Links(totals, Spill())
-    >>> thread.place_pending(links, final=True)
+    >>> thread.place_pending(final=True)
     >>> totals.self_cpu, totals.count, totals.nodes[links.current[7]][2]  # its device total's ops
     ([7.0, 2.0, 1.0], [1.0, 1.0, 1.0], (0, 1))
 """
@@ -30,8 +31,7 @@ from typing import Any
 
 from neuron_mlflow.errors import OutOfOrder
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, STEP_MARKER_PREFIX
-from neuron_mlflow.trace.links import IN_MARKER, Links, Spill
-from neuron_mlflow.trace.totals import Totals
+from neuron_mlflow.trace.links import IN_MARKER, Links
 
 BLOCK_OPS = 1 << 15  # logged operators per thread kept in memory before they spill
 LAUNCH_WINDOW = 1 << 12  # runtime calls per thread held back to be placed in time order
@@ -47,9 +47,10 @@ class Thread:
     ``BLOCK_OPS``), replayed only as far as its runtime calls need, or at the end: a runtime
     call may be written long after the operators around it."""
 
-    def __init__(self, totals: Totals, spill: Spill, pid: Any) -> None:
-        self.totals = totals
-        self.spill = spill
+    def __init__(self, links: Links, pid: Any) -> None:
+        self.links = links
+        self.totals = totals = links.totals
+        self.spill = links.spill
         self.pid = pid
         self.marked = bool(totals.marks)  # keep the marked view (set when a marker is read)
         self.last_start = -math.inf
@@ -79,7 +80,6 @@ class Thread:
         # (each kept alive here, so that no later entry can take its id)
         self.held: list[tuple[int, list[Entry]]] = []
         self.folded: dict[int, Entry] = {}
-        self.links: Links | None = None
 
     def _decided(self, child: Entry, folded: bool) -> None:
         """A folding candidate is decided: release the launches that waited on it."""
@@ -243,7 +243,6 @@ class Thread:
         """Register the held launches whose folding candidates are all decided."""
         waiting = {id(c[3]) for c in self.candidates.values()}
         held, self.held = self.held, []
-        assert self.links is not None
         for correlation, entries in held:
             if waiting and any(id(e) in waiting for e in entries):
                 self.held.append((correlation, entries))
@@ -252,13 +251,12 @@ class Thread:
         if not self.held:
             self.folded.clear()
 
-    def place_pending(self, links: Links, final: bool = False) -> None:
+    def place_pending(self, final: bool = False) -> None:
         """Place the waiting runtime calls that all later operators start after.
 
         Unless ``final``, the latest ``LAUNCH_WINDOW`` calls keep waiting, so calls written
         slightly out of time order are still placed in order.
         """
-        self.links = links
         pending = sorted(self.pending)
         ready = len(pending)
         if not final:  # operators that start before a waiting call may still come
@@ -271,7 +269,7 @@ class Thread:
         # and ``replay`` is entered only when a logged operator starts early enough to
         # matter (``peek``: the next one; None when not known).
         stack, candidates, replay = self.stack, self.candidates, self.replay
-        totals, launch = self.totals, links.launch
+        totals, launch = self.totals, self.links.launch
         path_entries, path_nodes = self.path_entries, self.path_nodes
         folded, node_kids, new_node = self.folded, totals.node_kids, totals.new_node
         count, self_cpu, total_cpu = totals.count, totals.self_cpu, totals.total_cpu

@@ -95,7 +95,7 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
                         last_pid, last_tid = event.pid, event.tid
                         thread = threads.get((last_pid, last_tid))
                         if thread is None:
-                            thread = threads[last_pid, last_tid] = Thread(totals, spill, last_pid)
+                            thread = threads[last_pid, last_tid] = Thread(links, last_pid)
                     if start <= thread.last_start and (
                         start < thread.last_start or dur > thread.last_dur
                     ):
@@ -125,7 +125,7 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
                         last_pid, last_tid = event.pid, event.tid
                         thread = threads.get((last_pid, last_tid))
                         if thread is None:
-                            thread = threads[last_pid, last_tid] = Thread(totals, spill, last_pid)
+                            thread = threads[last_pid, last_tid] = Thread(links, last_pid)
                     # its pending entry: (ts, dur, name id, correlation, External id), -1: none
                     index = ids.get(event.name)  # type: ignore[assignment]
                     if index is None:
@@ -147,7 +147,7 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
                             )
                         )
                     if len(thread.pending) >= thread.check_at:
-                        thread.place_pending(links)
+                        thread.place_pending()
                 elif cat in DEVICE_CATEGORIES:
                     labels_add(DEVICE_CATEGORIES[cat])
                     totals.device_events += 1
@@ -161,7 +161,7 @@ def streaming_pass(batches: Iterable[Sequence[TraceEvent | None]]) -> Totals:
                     if event.args is not None and event.args.correlation is not None:
                         links.device(event.args.correlation, kernel, event.dur)
         for thread in threads.values():
-            thread.place_pending(links, final=True)
+            thread.place_pending(final=True)
         links.finish()
     finally:
         spill.close()
