@@ -85,14 +85,6 @@ def lowest_rank_trace(trace_dir: Path) -> Path | None:
     return min(found, key=order) if found else None
 
 
-def _summary(artifacts_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((artifacts_dir / "summary.json").read_text(encoding="utf-8"))
-        return data.get("summary") or {}
-    except (OSError, ValueError, AttributeError):
-        return {}
-
-
 def read_interference(trace: Path) -> list[tuple[float | None, int | None]] | None:
     """Per recorded step ``(cpu_wait_us, involuntary_switches)`` from the trace's metadata
     (written by a live window before the events: only the file's head is read); ``None``
@@ -235,7 +227,11 @@ def write_step_samples(artifacts_dir: Path, trace_dir: Path, top_k: int) -> dict
     trace = lowest_rank_trace(trace_dir)
     if trace is None:
         return {}
-    summary = _summary(artifacts_dir)
+    try:
+        data = json.loads((artifacts_dir / "summary.json").read_text(encoding="utf-8"))
+        summary = data.get("summary") or {}
+    except (OSError, ValueError, AttributeError):  # not written yet, or not a summary
+        summary = {}
     recorded = summary.get("steps") if isinstance(summary.get("steps"), int) else None
     steps, has_device, first_seen = step_samples(trace, recorded)
     if not steps:
