@@ -3,7 +3,9 @@
 ``torch_neuronx.profiling`` is imported lazily. What a window passes to ``NeuronConfig`` and
 where its device time comes from: docs/neuron.md ("The capture, as AWS documents it";
 "Device time: the same rules as every backend"). The whole output tree is uploaded unchanged
-under ``traces/rank_<r>/``.
+under ``traces/rank_<r>/``. The framework trace has two documented names: ``trace.json``
+(written by ``NeuronProfiler(cfg).export_trace``) and ``neuron_framework_trace_rank_<N>.json``
+(the troubleshooting guide); either is read.
 
 Example:
     >>> NeuronBackend.name, NeuronBackend.device_label
@@ -16,23 +18,19 @@ import contextlib
 import json
 import logging
 import os
+import re
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuron_mlflow.capture.backends.base import BaseBackend
-from neuron_mlflow.capture.backends.neuron_analysis import NOTES_KEY, DeviceAnalysis, analyze_window
+from neuron_mlflow.capture.backends.neuron_analysis import DeviceAnalysis, analyze_window
 from neuron_mlflow.capture.backends.neuron_device_time import (
     DeviceTimes,
     read_device_times,
     with_device_times,
-)
-from neuron_mlflow.capture.backends.neuron_files import (
-    FRAMEWORK_TRACE_NAMES,
-    NeuronWindow,
-    framework_traces,
 )
 from neuron_mlflow.summary.ops import OpSummary
 
@@ -62,6 +60,53 @@ DEFAULTED_OPTIONS = ("correlate_device_time", "precache_node_info")
 _told_unsupported: set[str] = set()
 KEY_AVERAGES_FILE = "device_times.key_averages.json"
 """Device times read from ``key_averages()`` at the window's end, when its trace has none."""
+
+FRAMEWORK_TRACE_NAMES = ("trace.json", "neuron_framework_trace_rank_*.json")
+"""The framework trace's documented names (``export_trace``; the troubleshooting guide)."""
+_RANK_TRACE = re.compile(r"^neuron_framework_trace_rank_(\d+)\.json$")
+
+
+def framework_traces(root: Path) -> list[Path]:
+    """The framework traces under ``root``: in each folder ``trace.json``, else the
+    ``neuron_framework_trace_rank_<N>.json`` files (both names are documented).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> _ = (root / "neuron_framework_trace_rank_1.json").write_text("{}")
+        >>> [p.name for p in framework_traces(root)]
+        ['neuron_framework_trace_rank_1.json']
+    """
+    by_folder: dict[Path, list[Path]] = {}
+    for pattern in FRAMEWORK_TRACE_NAMES:
+        for path in sorted(root.rglob(pattern)):
+            if path.is_file():
+                by_folder.setdefault(path.parent, []).append(path)
+    found: list[Path] = []
+    for folder in sorted(by_folder):
+        files = by_folder[folder]
+        plain = [p for p in files if p.name == "trace.json"]
+        found.extend(plain or [p for p in files if _RANK_TRACE.match(p.name)])
+    return found
+
+
+@dataclass
+class NeuronWindow:
+    """One window's summary as the Neuron backend reads it.
+
+    Attributes:
+        summary: the trace engine's summary of the framework trace, with device time from
+            the trace or from the profiler's events; ``None`` without a framework trace.
+        source: where device time came from: ``trace``, ``key_averages`` or ``none``.
+        device_busy_pct: the device's busy share of its span, when known.
+        notes: why numbers are absent, for the summary.
+    """
+
+    summary: OpSummary | None
+    source: str = "none"
+    device_busy_pct: float | None = None
+    notes: list[str] = field(default_factory=list)
+
 
 _DEVICE_EVENT_MARKS = (b'"cat": "kernel"', b'"cat":"kernel"')
 
@@ -135,38 +180,6 @@ class NeuronBackend(BaseBackend):
             )
         return None
 
-    def neuron_config(self, config: ProfilerConfig, output_dir: Path) -> Any:
-        """Build ``NeuronConfig`` (docs/neuron.md): an SDK that rejects one of
-        :data:`DEFAULTED_OPTIONS` left at its default is told once and goes on without it."""
-        from torch_neuronx.profiling import NeuronConfig, ProfileMode
-
-        options = config.neuron
-        kwargs: dict[str, Any] = {
-            "modes": [getattr(ProfileMode, mode.upper()) for mode in options.modes],
-            "profile_output_dir": str(output_dir),
-            "correlate_device_time": options.correlate_device_time,
-            "precache_node_info": options.precache_node_info,
-        }
-        for name in ("capture_enabled_for_nc", "max_events_per_nc", "neff_cache_dir"):
-            value = getattr(options, name)
-            if value is not None:
-                kwargs[name] = str(value) if name == "neff_cache_dir" else value
-        kwargs = {k: v for k, v in kwargs.items() if k not in self.unsupported_options}
-        while True:
-            try:
-                return NeuronConfig(**kwargs)
-            except TypeError as exc:
-                dropped = [
-                    name
-                    for name in DEFAULTED_OPTIONS
-                    if name in kwargs and name in str(exc) and name not in options.model_fields_set
-                ]
-                if not dropped:
-                    raise
-                for name in dropped:
-                    kwargs.pop(name)
-                    self._tell_unsupported(name, exc)
-
     def _tell_unsupported(self, name: str, exc: TypeError) -> None:
         self.unsupported_options.add(name)
         if name in _told_unsupported:
@@ -186,9 +199,37 @@ class NeuronBackend(BaseBackend):
         )
 
     def profiler_kwargs(self, config: ProfilerConfig, output_dir: Path) -> dict[str, Any]:
-        from torch_neuronx.profiling import NeuronProfiler
+        """``NeuronConfig`` (docs/neuron.md): an SDK that rejects one of
+        :data:`DEFAULTED_OPTIONS` left at its default is told once and goes on without it."""
+        from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
 
-        neuron_config = self.neuron_config(config, output_dir)
+        options = config.neuron
+        kwargs: dict[str, Any] = {
+            "modes": [getattr(ProfileMode, mode.upper()) for mode in options.modes],
+            "profile_output_dir": str(output_dir),
+            "correlate_device_time": options.correlate_device_time,
+            "precache_node_info": options.precache_node_info,
+        }
+        for name in ("capture_enabled_for_nc", "max_events_per_nc", "neff_cache_dir"):
+            value = getattr(options, name)
+            if value is not None:
+                kwargs[name] = str(value) if name == "neff_cache_dir" else value
+        kwargs = {k: v for k, v in kwargs.items() if k not in self.unsupported_options}
+        while True:
+            try:
+                neuron_config = NeuronConfig(**kwargs)
+                break
+            except TypeError as exc:
+                dropped = [
+                    name
+                    for name in DEFAULTED_OPTIONS
+                    if name in kwargs and name in str(exc) and name not in options.model_fields_set
+                ]
+                if not dropped:
+                    raise
+                for name in dropped:
+                    kwargs.pop(name)
+                    self._tell_unsupported(name, exc)
         self._exporter = NeuronProfiler(neuron_config)
         return {"experimental_config": neuron_config}
 
@@ -260,18 +301,18 @@ class NeuronBackend(BaseBackend):
         stats: CapturedStats,
     ) -> DeviceAnalysis:
         """:func:`~neuron_mlflow.capture.backends.neuron_analysis.analyze_window`, with the
-        busy share read with the device time and the window's notes."""
-        state = stats.device_state
-        window = state if isinstance(state, NeuronWindow) else None
-        busy = window.device_busy_pct if window is not None else None
+        busy share and notes of the window's :class:`NeuronWindow` (``stats.device_state``)."""
+        window: NeuronWindow = stats.device_state
         mode = self.config.neuron.explorer_summary if self.config is not None else "auto"
-        analysis = analyze_window(prefix, summary, busy, trace_dir, out_dir, mode=mode)
-        analysis.device_busy_pct = busy
-        if window is not None and window.notes:
-            notes = [*window.notes, *analysis.summary.extra.get(NOTES_KEY, [])]
-            extra = {**analysis.summary.extra, NOTES_KEY: notes}
-            analysis.summary = replace(analysis.summary, extra=extra)
-        return analysis
+        return analyze_window(
+            prefix,
+            summary,
+            window.device_busy_pct,
+            trace_dir,
+            out_dir,
+            mode=mode,
+            notes=window.notes,
+        )
 
     def describe(self) -> dict[str, str]:
         facts = super().describe()

@@ -111,6 +111,7 @@ def analyze_window(
     out_dir: Path | None,
     mode: str = "auto",
     instance_type: str | None = None,
+    notes: list[str] | None = None,
 ) -> DeviceAnalysis:
     """Analyse one window (see the module docstring).
 
@@ -123,8 +124,9 @@ def analyze_window(
         mode: ``neuron.explorer_summary``: ``auto``, ``always`` or ``never``.
         instance_type: a hint for when the Explorer summary names none (default: this
             host's, :func:`~neuron_mlflow.capture.backends.neuron_peaks.host_instance_type`).
+        notes: the window's notes so far (why numbers are absent), put first.
     """
-    analysis = DeviceAnalysis(summary, device_busy_pct=device_busy_pct)
+    analysis = DeviceAnalysis(summary, notes=list(notes or []), device_busy_pct=device_busy_pct)
     data = _explorer(analysis, prefix, trace_dir, out_dir, mode)
     head = neuron_explorer.headline(data) if data else {}
     peak = neuron_peaks.chip_peak(_instance_type(data, instance_type))
