@@ -23,17 +23,14 @@ from neuron_mlflow.errors import BackendUnavailableError, ConfigError
 if TYPE_CHECKING:
     from neuron_mlflow.config import ProfilerConfig
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "BaseBackend", "resolve_backend"]
+__all__ = ["BACKENDS", "BaseBackend", "resolve_backend"]
 
 BACKENDS: dict[str, type[BaseBackend]] = {
-    "cpu": CpuBackend,
-    "cuda": CudaBackend,
     "neuron": NeuronBackend,
+    "cuda": CudaBackend,
+    "cpu": CpuBackend,
 }
-"""Backends by name."""
-
-AUTO_ORDER = ("neuron", "cuda", "cpu")
-"""The order in which ``auto`` tries backends."""
+"""Backends by name, in the order ``auto`` tries them."""
 
 
 def resolve_backend(name: str, config: ProfilerConfig | None = None) -> BaseBackend:
@@ -54,12 +51,8 @@ def resolve_backend(name: str, config: ProfilerConfig | None = None) -> BaseBack
         ...
         neuron_mlflow.errors.ConfigError: unknown backend 'tpu'; allowed: auto, neuron, cuda, cpu
     """
-    if name == "auto":
-        for candidate in AUTO_ORDER:
-            backend = BACKENDS[candidate]
-            if backend.unavailable_reason() is None:
-                return backend(config)
-        return CpuBackend(config)
+    if name == "auto":  # the cpu backend, last, is always available
+        return next(cls for cls in BACKENDS.values() if cls.unavailable_reason() is None)(config)
     cls = BACKENDS.get(name)
     if cls is None:
         raise ConfigError(f"unknown backend {name!r}; allowed: auto, neuron, cuda, cpu")
