@@ -75,18 +75,22 @@ def run_summary(profile_dir: Path, output_file: Path, executable: str) -> dict[s
     return data
 
 
+def _number(value: Any) -> float | None:
+    """A finite JSON number (not a bool) as a float, else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
 def _leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], float]]:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, int | float):
-        if math.isfinite(value):
-            yield path, float(value)
-    elif isinstance(value, dict):
+    if isinstance(value, dict):
         for key, inner in value.items():
             yield from _leaves(inner, (*path, str(key)))
     elif isinstance(value, list):
         for i, inner in enumerate(value):
             yield from _leaves(inner, (*path, str(i)))
+    elif (number := _number(value)) is not None:
+        yield path, number
 
 
 def numeric_leaves(data: dict[str, Any]) -> dict[tuple[str, ...], float]:
@@ -113,45 +117,35 @@ def _has_fields(value: dict[str, Any]) -> bool:
     return any(k in value for k in (*_SECONDS, *_PERCENT, *_SUMMED))
 
 
-def fraction_scale(data: dict[str, Any]) -> bool:
-    """True when every ``*_percent`` value in the file is at most 1 (a 0-1 scale)."""
-    values = [v for path, v in numeric_leaves(data).items() if path[-1].endswith("_percent")]
-    return bool(values) and all(0.0 <= v <= 1.0 for v in values)
-
-
 def headline(data: dict[str, Any]) -> dict[str, float]:
     """The headline numbers of :data:`_SECONDS`, :data:`_PERCENT` and :data:`_SUMMED`.
 
     Times, FLOPs and bytes are summed over device profiles; percentages are averaged,
-    weighted by each profile's ``total_time`` (equal weights without it).
+    weighted by each profile's ``total_time`` (equal weights without it), and read as a 0-1
+    scale when every ``*_percent`` value in the file is at most 1.
     """
-    scale = 100.0 if fraction_scale(data) else 1.0
+    percents = [v for path, v in numeric_leaves(data).items() if path[-1].endswith("_percent")]
+    scale = 100.0 if percents and all(0.0 <= v <= 1.0 for v in percents) else 1.0
     profiles = [p for p in _profiles(data) if _has_fields(p)]
     out: dict[str, float] = {}
-
-    def number(p: dict[str, Any], key: str) -> float | None:
-        value = p.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return float(value) if math.isfinite(value) else None
-
     for fields, factor in ((_SECONDS, 1e6), (_SUMMED, 1.0)):  # seconds -> us
         for field, name in fields.items():
-            values = [v for p in profiles if (v := number(p, field)) is not None]
+            values = [v for p in profiles if (v := _number(p.get(field))) is not None]
             if values:
                 out[name] = sum(values) * factor
+    traffic = [
+        (_number(p.get("hbm_read_bytes")), _number(p.get("hbm_write_bytes"))) for p in profiles
+    ]
     hbm = [
-        (number(p, "hbm_read_bytes") or 0.0) + (number(p, "hbm_write_bytes") or 0.0)
-        for p in profiles
-        if number(p, "hbm_read_bytes") is not None or number(p, "hbm_write_bytes") is not None
+        (read or 0.0) + (write or 0.0) for read, write in traffic if (read, write) != (None, None)
     ]
     if hbm:
         out["hbm_bytes"] = sum(hbm)
     for field, name in _PERCENT.items():
         pairs = [
-            (v, number(p, "total_time") or 1.0)
+            (v, _number(p.get("total_time")) or 1.0)
             for p in profiles
-            if (v := number(p, field)) is not None
+            if (v := _number(p.get(field))) is not None
         ]
         if pairs:
             weight = sum(w for _, w in pairs)
