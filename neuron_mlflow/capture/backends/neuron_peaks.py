@@ -57,27 +57,19 @@ _DEVICE_TYPE = {"trainium": "trn1", "trainium1": "trn1", "trainium2": "trn2", "t
 _DMI = Path("/sys/devices/virtual/dmi/id/product_name")
 
 
-def family_of(name: str | None) -> str | None:
-    """``trn1``/``trn2``/``trn3`` from an instance type (``trn1n.32xlarge``) or a device type
-    (``trainium2``), else ``None``.
+def chip_peak(name: str | None) -> ChipPeak | None:
+    """The documented peaks of the chip of ``name``, if known: an instance type
+    (``trn1n.32xlarge``) or a device type (``trainium2``).
 
     Example:
-        >>> family_of("trn1n.32xlarge"), family_of("trainium2"), family_of("inf2.xlarge")
-        ('trn1', 'trn2', None)
+        >>> chip_peak("trn1n.32xlarge").family, chip_peak("trainium2").family
+        ('trn1', 'trn2')
+        >>> chip_peak("inf2.xlarge") is None
+        True
     """
-    if not name:
-        return None
-    text = name.strip().lower()
-    if text in _DEVICE_TYPE:
-        return _DEVICE_TYPE[text]
+    text = (name or "").strip().lower()
     match = _FAMILY.match(text)
-    return match[1] if match and match[1] in PEAKS else None
-
-
-def chip_peak(name: str | None) -> ChipPeak | None:
-    """The documented peaks of the chip of ``name`` (instance or device type), if known."""
-    family = family_of(name)
-    return PEAKS.get(family) if family else None
+    return PEAKS.get(_DEVICE_TYPE.get(text) or (match[1] if match else ""))
 
 
 def host_instance_type() -> str | None:
