@@ -115,8 +115,6 @@ def _has_device_events(trace: Path) -> bool:
     """Whether the framework trace holds a device (``kernel``) event: a byte scan."""
     import mmap
 
-    if trace.suffix == ".gz":
-        return True  # compressed: the worker reads it (and the key_averages file is moot)
     try:
         with open(trace, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             return any(m.find(mark) >= 0 for mark in _DEVICE_EVENT_MARKS)
