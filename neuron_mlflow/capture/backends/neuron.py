@@ -92,19 +92,9 @@ def framework_traces(root: Path) -> list[Path]:
 
 @dataclass
 class NeuronWindow:
-    """One window's summary as the Neuron backend reads it.
+    """What the backend read of a window besides its summary (``CapturedStats.device_state``):
+    why numbers are absent, for the summary."""
 
-    Attributes:
-        summary: the trace engine's summary of the framework trace, with device time from
-            the trace or from the profiler's events; ``None`` without a framework trace.
-        source: where device time came from: ``trace``, ``key_averages`` or ``none``.
-        device_busy_pct: the device's busy share of its span, when known.
-        notes: why numbers are absent, for the summary.
-    """
-
-    summary: OpSummary | None
-    source: str = "none"
-    device_busy_pct: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -252,43 +242,39 @@ class NeuronBackend(BaseBackend):
 
         torch.neuron.synchronize()  # type: ignore[attr-defined]
 
-    def read_window(self, trace_dir: Path) -> NeuronWindow:
+    def refine_device_time(
+        self, stats: CapturedStats, trace_dir: Path
+    ) -> tuple[CapturedStats, str]:
         """Summarise the window whose output is in ``trace_dir`` (off the training thread):
         device time from the trace's device events, else from what :meth:`export_trace` kept.
         """
         from neuron_mlflow.trace.summarize import summarize_trace
 
+        window = stats.device_state = NeuronWindow()  # the window's, not the backend's
         traces = framework_traces(trace_dir)
         if not traces:
-            return NeuronWindow(
-                None,
-                notes=[f"no framework trace ({' or '.join(FRAMEWORK_TRACE_NAMES)}) in the window"],
-            )
+            names = " or ".join(FRAMEWORK_TRACE_NAMES)
+            window.notes.append(f"no framework trace ({names}) in the window")
+            return stats, "none"
         result = summarize_trace(traces[0], self.device_label)
+        stats.summary = result.summary
         if result.device_events > 0 and result.summary.device_time_us is not None:
-            return NeuronWindow(result.summary, "trace", result.device_busy_pct)
+            stats.device_busy_pct = result.device_busy_pct
+            return stats, "trace"
         kept = trace_dir / KEY_AVERAGES_FILE
         times = DeviceTimes(**json.loads(kept.read_text("utf-8"))) if kept.is_file() else None
         if times is not None and times.device_us > 0:
-            summary = with_device_times(result.summary, times)
-            return NeuronWindow(summary, "key_averages", times.busy_pct)
+            stats.summary = with_device_times(result.summary, times)
+            stats.device_busy_pct = times.busy_pct
+            return stats, "key_averages"
         note = (
             "NEURON device time was not captured in this window (neither the framework trace "
             "nor key_averages() held any)"
         )
         if "correlate_device_time" in self.unsupported_options:
             note += "; this SDK does not accept correlate_device_time"
-        return NeuronWindow(result.summary, notes=[note])
-
-    def refine_device_time(
-        self, stats: CapturedStats, trace_dir: Path
-    ) -> tuple[CapturedStats, str]:
-        """The window per :meth:`read_window`."""
-        window = self.read_window(trace_dir)
-        stats.device_state = window  # for analyze_window: the window's, not the backend's
-        stats.summary = window.summary
-        stats.device_busy_pct = window.device_busy_pct
-        return stats, window.source
+        window.notes.append(note)
+        return stats, "none"
 
     def analyze_window(
         self,
@@ -299,18 +285,11 @@ class NeuronBackend(BaseBackend):
         stats: CapturedStats,
     ) -> DeviceAnalysis:
         """:func:`~neuron_mlflow.capture.backends.neuron_analysis.analyze_window`, with the
-        busy share and notes of the window's :class:`NeuronWindow` (``stats.device_state``)."""
+        busy share read with the device time and the window's notes."""
         window: NeuronWindow = stats.device_state
         mode = self.config.neuron.explorer_summary if self.config is not None else "auto"
-        return analyze_window(
-            prefix,
-            summary,
-            window.device_busy_pct,
-            trace_dir,
-            out_dir,
-            mode=mode,
-            notes=window.notes,
-        )
+        busy = stats.device_busy_pct
+        return analyze_window(prefix, summary, busy, trace_dir, out_dir, mode, notes=window.notes)
 
     def describe(self) -> dict[str, str]:
         facts = super().describe()
