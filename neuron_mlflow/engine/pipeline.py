@@ -155,7 +155,6 @@ def summarise_window(record: WindowRecord) -> OpSummary:
         )  # fmt: skip
         if found is not None:  # a failure never fails the window
             summary = found.summary
-            busy = found.device_busy_pct if found.device_busy_pct is not None else busy
             extra.update(found.metrics)
             window.tags.update(found.tags)
             for error in found.errors:

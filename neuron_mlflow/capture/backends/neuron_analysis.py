@@ -40,7 +40,6 @@ class DeviceAnalysis:
         tags: run tags (the window's verdict).
         notes: why numbers are absent (also in the summary).
         errors: what failed (Explorer's exit, a malformed file).
-        device_busy_pct: the device's busy share used for the verdict (``P/device_busy_pct``).
     """
 
     summary: OpSummary
@@ -48,7 +47,6 @@ class DeviceAnalysis:
     tags: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    device_busy_pct: float | None = None
 
 
 def profile_dir(trace_dir: Path) -> Path:
@@ -126,7 +124,7 @@ def analyze_window(
             host's, :func:`~neuron_mlflow.capture.backends.neuron_peaks.host_instance_type`).
         notes: the window's notes so far (why numbers are absent), put first.
     """
-    analysis = DeviceAnalysis(summary, notes=list(notes or []), device_busy_pct=device_busy_pct)
+    analysis = DeviceAnalysis(summary, notes=list(notes or []))
     data = _explorer(analysis, prefix, trace_dir, out_dir, mode)
     head = neuron_explorer.headline(data) if data else {}
     peak = neuron_peaks.chip_peak(_instance_type(data, instance_type))
