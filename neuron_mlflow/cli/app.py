@@ -50,10 +50,10 @@ def fail(verb: str, message: object, code: int) -> int:
 
 def mlflow_failed(verb: str, exc: Exception) -> int:
     """One line on stderr for an MLflow call that failed (not an unknown id); exit 1."""
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+    import mlflow
 
     why = " ".join(str(exc).split())
-    return fail(verb, f"MLflow failed at {current_tracking_uri()}: {why}", EXIT_FAILURE)
+    return fail(verb, f"MLflow failed at {mlflow.get_tracking_uri()}: {why}", EXIT_FAILURE)
 
 
 def reading_mlflow(verb: str, body: Callable[[Any], int], bounded: bool = True) -> int:
@@ -64,11 +64,11 @@ def reading_mlflow(verb: str, body: Callable[[Any], int], bounded: bool = True) 
     line and exit 1; an unknown run or window, one line and exit 2."""
     import logging
 
+    import mlflow
     from mlflow import MlflowClient  # (configures MLflow's loggers: quieten them after)
     from mlflow.exceptions import MlflowException
 
     from neuron_mlflow.errors import CompareError, DownloadError
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
     from neuron_mlflow.sinks.reachability import bounded_http, check_reachable
 
     logger = logging.getLogger("mlflow")
@@ -77,7 +77,7 @@ def reading_mlflow(verb: str, body: Callable[[Any], int], bounded: bool = True) 
         logger.setLevel(max(before, logging.WARNING))
     try:
         try:
-            check_reachable(current_tracking_uri())
+            check_reachable(mlflow.get_tracking_uri())
         except ConnectionError as exc:
             return fail(verb, exc, EXIT_FAILURE)
         with bounded_http() if bounded else nullcontext():
@@ -267,7 +267,6 @@ def _summarize(args: argparse.Namespace) -> int:
 def _ingest(args: argparse.Namespace) -> int:
     from neuron_mlflow.config import ProfilerConfig
     from neuron_mlflow.engine.ingest import IngestError, ingest
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
     from neuron_mlflow.trace.reader import TraceFormatError
 
     local_dir = Path(args.local_dir or ProfilerConfig().local_dir)
@@ -297,7 +296,9 @@ def _ingest(args: argparse.Namespace) -> int:
             f"rank {rank}: {path} ({result.device_events} device events, "
             f"{result.unattributed_device_events} unattributed)"
         )
-    print(f"logged {record.artifact_path} into run {run_id} at {current_tracking_uri()}")
+    import mlflow
+
+    print(f"logged {record.artifact_path} into run {run_id} at {mlflow.get_tracking_uri()}")
     return EXIT_OK
 
 
@@ -618,8 +619,6 @@ def _prune(local_dir: str) -> None:
 
 
 def _sync_report(report: SyncReport, local_dir: str, made: bool) -> int:
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
-
     for path in report.skipped:
         print(f"skipped (incomplete): {path}", file=sys.stderr)
     for path in report.busy:
@@ -631,7 +630,9 @@ def _sync_report(report: SyncReport, local_dir: str, made: bool) -> int:
         where = f"in {local_dir}" if made else f"(no spool at {local_dir}; --local-dir names one)"
         print(f"nothing to upload: no pending windows {where}")
         return EXIT_OK
-    uri = current_tracking_uri()
+    import mlflow
+
+    uri = mlflow.get_tracking_uri()
     for path, run_id in report.uploaded:
         print(f"uploaded {path} -> run {run_id} at {uri}")
     for path, error in report.failed:

@@ -202,7 +202,7 @@ def _wait(client: Any, args: argparse.Namespace, request_id: str, ranks: list[in
 
 
 def _print_done(run: Any, done: dict[int, str]) -> None:
-    from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+    import mlflow
 
     status = done[min(done)]
     path = status.split("done: ", 1)[1].rsplit(" (request ", 1)[0]
@@ -211,7 +211,7 @@ def _print_done(run: Any, done: dict[int, str]) -> None:
     steps = run.data.metrics.get(f"{prefix}/steps")
     shown = f" ({steps:g} steps)" if steps is not None else ""
     print(f"window {artifact}{shown} in run {run.info.run_id}: {path}")
-    uri = current_tracking_uri()
+    uri = mlflow.get_tracking_uri()
     if uri.startswith("http"):
         print(
             f"report: {uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"

@@ -476,10 +476,11 @@ class OnDemand:
         run_id = self._run()
         if run_id is None:
             return
-        from neuron_mlflow.sinks.mlflow_sink import current_tracking_uri
+        import mlflow
+
         from neuron_mlflow.sinks.reachability import bounded_http, check_reachable
 
-        uri = self._tracking_uri or current_tracking_uri()
+        uri = self._tracking_uri or mlflow.get_tracking_uri()
         try:
             check_reachable(uri)
         except ConnectionError:

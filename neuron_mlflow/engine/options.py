@@ -99,9 +99,10 @@ class Options:
         """
         if not self.follow_active_run or "mlflow" not in sys.modules:
             return None
-        from neuron_mlflow.sinks.mlflow_sink import active_run_id
+        import mlflow
 
-        return active_run_id()
+        run = mlflow.active_run()
+        return run.info.run_id if run is not None else None
 
     def current_run(self) -> str | None:
         """The run a window ending now goes to, as this thread knows it: the active run

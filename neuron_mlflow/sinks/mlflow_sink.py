@@ -49,31 +49,6 @@ def group_key(record: WindowRecord) -> str:
     return f"session:{window.session}"
 
 
-def current_tracking_uri() -> str:
-    """What MLflow resolves: ``MLFLOW_TRACKING_URI``, else its default local store.
-
-    Example:
-        >>> isinstance(current_tracking_uri(), str)
-        True
-    """
-    import mlflow
-
-    return mlflow.get_tracking_uri()
-
-
-def active_run_id() -> str | None:
-    """The id of the active MLflow run of this thread, if any.
-
-    Example:
-        >>> active_run_id() is None
-        True
-    """
-    import mlflow
-
-    run = mlflow.active_run()
-    return run.info.run_id if run is not None else None
-
-
 class MlflowSink:
     """Logs spooled windows to one tracking server through ``MlflowClient``.
 
@@ -82,9 +57,10 @@ class MlflowSink:
     """
 
     def __init__(self, tracking_uri: str | None = None) -> None:
+        import mlflow
         from mlflow import MlflowClient
 
-        self.tracking_uri = tracking_uri or current_tracking_uri()
+        self.tracking_uri = tracking_uri or mlflow.get_tracking_uri()
         self.client: MlflowClient = MlflowClient(tracking_uri=self.tracking_uri)
         self._runs: dict[str, delivery.RunState] = {}
         self._chosen: dict[str, str] = {}  # the run chosen per group (:func:`group_key`)
