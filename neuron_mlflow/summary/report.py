@@ -21,7 +21,6 @@ import html
 import json
 from collections.abc import Mapping
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.summary.names import display_names
@@ -37,11 +36,6 @@ VISIBLE_OPS = 25
 """Of those, shown before a "more" toggle."""
 
 
-def asset(name: str) -> str:
-    """The text of one of this package's ``assets/`` files (CSS, JavaScript)."""
-    return resources.files("neuron_mlflow.summary").joinpath("assets", name).read_text("utf-8")
-
-
 def embed_json(data: Any) -> str:
     """``data`` as JSON that is safe inside a ``<script>`` element (no ``<``, U+2028/9).
 
@@ -55,10 +49,12 @@ def embed_json(data: Any) -> str:
 
 def page(title: str, body: str, data: Any, scripts: tuple[str, ...]) -> str:
     """A whole self-contained page: inline CSS, the data block, inline scripts."""
-    code = "\n".join(asset(name) for name in ("common.js", *scripts))
+    assets = resources.files("neuron_mlflow.summary").joinpath("assets")
+    css = assets.joinpath("report.css").read_text("utf-8")
+    code = "\n".join(assets.joinpath(name).read_text("utf-8") for name in ("common.js", *scripts))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
-        f"<title>{html.escape(title)}</title>\n<style>\n{asset('report.css')}</style>\n"
+        f"<title>{html.escape(title)}</title>\n<style>\n{css}</style>\n"
         f'</head><body>\n{body}\n<div id="nm-tip"></div>\n'
         f'<script type="application/json" id="nm-data">{embed_json(data)}</script>\n'
         f"<script>\n{code}\n</script>\n</body></html>\n"
@@ -223,7 +219,7 @@ def _trim(t: Mapping[str, Any], count: int) -> dict[str, Any]:
 
 
 def render_report(
-    summary: OpSummary | Mapping[str, Any],
+    summary: OpSummary,
     header: Mapping[str, Any],
     timeline: Mapping[str, Any] | None = None,
     budget_bytes: int = BUDGET_BYTES,
@@ -231,7 +227,7 @@ def render_report(
     """Render one window's ``report.html`` from plain data.
 
     Args:
-        summary: the window's summary (or its ``to_dict()``, as in ``summary.json``).
+        summary: the window's summary.
         header: label to value, shown in order (backend, device, window, run, versions...).
         timeline: :meth:`Timeline.to_dict() <neuron_mlflow.trace.timeline.Timeline.to_dict>`
             of the window's trace, or ``None`` (no timeline section then).
@@ -240,7 +236,7 @@ def render_report(
     Returns:
         The page (UTF-8 text).
     """
-    s = summary.to_dict() if isinstance(summary, OpSummary) else dict(summary)
+    s = summary.to_dict()
     t = dict(timeline) if timeline else None
     if t is not None:
         shown = display_names(t["names"])
@@ -266,10 +262,3 @@ def _render(s: Mapping[str, Any], header: Mapping[str, Any], t: Mapping[str, Any
         f"<h2>Profiled steps</h2>{_steps(list(t['steps']) if t else [])}"
     )
     return page(f"neuron-mlflow report {window}", body, {"timeline": t}, ("report.js",))
-
-
-def write_report(path: str | Path, *args: Any, **kwargs: Any) -> Path:
-    """Write :func:`render_report` (same arguments) to ``path``; return it."""
-    target = Path(path)
-    target.write_text(render_report(*args, **kwargs), encoding="utf-8")
-    return target

@@ -28,7 +28,7 @@ from typing import Any
 from neuron_mlflow.errors import TraceFormatError
 from neuron_mlflow.naming import REPORT_FILE, run_tag
 from neuron_mlflow.summary.ops import OpSummary
-from neuron_mlflow.summary.report import write_report
+from neuron_mlflow.summary.report import render_report
 from neuron_mlflow.trace.step_samples import lowest_rank_trace, mark_disturbed
 from neuron_mlflow.trace.timeline import build_timeline, number_steps
 
@@ -100,4 +100,6 @@ def write_window_report(
         except (TraceFormatError, OSError, EOFError) as exc:
             logger.info("report.html without a timeline: %s", exc)
     target = artifacts_dir / REPORT_FILE
-    return write_report(target, summary, report_header(manifest, run_id), timeline)
+    page = render_report(summary, report_header(manifest, run_id), timeline)
+    target.write_text(page, encoding="utf-8")
+    return target
