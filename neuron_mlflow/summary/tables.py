@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
 
 from neuron_mlflow.summary.names import display_names
-from neuron_mlflow.summary.ops import OpStats, OpSummary
+from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.verdict import verdict_lines
 
 
@@ -49,21 +48,25 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     lines = [f"## {title}", ""] if title else []
     label = summary.device_label
     names = display_names(op.name for op in summary.ops)
-    head, rule, cells = _extra_columns(summary)
+    shapes = any(op.input_shapes for op in summary.ops)  # the extra columns, where recorded
+    flops = summary.flops_per_step is not None
     has_device = summary.has_device_time
     share_head = f"Self {label} | {label} %" if has_device else "CPU %"
+    head = " Input shapes |" * shapes + " FLOPs |" * flops
     lines.append(f"| Name | Calls | Self CPU | {share_head} |{head}")
-    lines.append("|---|---:|---:|---:|" + "---:|" * has_device + rule)
+    lines.append("|---|---:|---:|---:|" + "---:|" * has_device + "---|" * shapes + "---:|" * flops)
     for op in summary.ops:
         share = (
             f"{format_us(op.self_device_us or 0.0)} | {op.device_pct or 0.0:.1f} %"
             if has_device
             else f"{op.cpu_pct:.1f} %"
         )
-        lines.append(
-            f"| {names[op.name]} | {op.calls:g} | {format_us(op.self_cpu_us)} | {share} |"
-            + cells(op)
-        )
+        row = f"| {names[op.name]} | {op.calls:g} | {format_us(op.self_cpu_us)} | {share} |"
+        if shapes:
+            row += f" {op.input_shapes or ''} |"
+        if flops:
+            row += f" {op.flops:.4g} |" if op.flops is not None else " |"
+        lines.append(row)
     lines.append("")
     lines.append(f"Per profiled step, over {summary.steps} step(s):")
     lines.append("")
@@ -74,7 +77,7 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
         lines.append(f"- {summary.device_note}")
     lines.append(f"- Wall time: {format_us(summary.wall_time_us)}")
     lines.append(f"- Op calls (top-level dispatches): {summary.op_calls:g}")
-    if summary.flops_per_step is not None:
+    if flops:
         lines.append(f"- FLOPs: {summary.flops_per_step:.4g} per step")
     for device, peak in summary.peak_allocated_bytes.items():
         lines.append(f"- Peak allocated memory ({device}): {peak / 2**20:.2f} MiB")
@@ -82,20 +85,6 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
         lines.append("- Partial window: it ended before its last scheduled step")
     lines.extend(verdict_lines(summary.extra))  # Neuron: the verdict, or why it is absent
     return "\n".join(lines) + "\n"
-
-
-def _extra_columns(summary: OpSummary) -> tuple[str, str, Callable[[OpStats], str]]:
-    """Input shapes and FLOPs columns, where the window recorded them (else none)."""
-    shapes = any(op.input_shapes for op in summary.ops)
-    flops = summary.flops_per_step is not None
-    head = (" Input shapes |" if shapes else "") + (" FLOPs |" if flops else "")
-    rule = ("---|" if shapes else "") + ("---:|" if flops else "")
-
-    def cells(op: OpStats) -> str:
-        text = f" {op.input_shapes or ''} |" if shapes else ""
-        return text + (f" {op.flops:.4g} |" if op.flops is not None else " |") * flops
-
-    return head, rule, cells
 
 
 _CSV_COLUMNS = (
