@@ -237,20 +237,15 @@ def render_comparison_html(
     )
     verdict = ""
     if fail_above_pct is not None:
-        failures = regressions(c, fail_above_pct)
-        unsure = undecided(c, fail_above_pct)
-        if failures:
+        limit = f"--fail-above {fail_above_pct:g}%"
+        if failures := regressions(c, fail_above_pct):
             items = "".join(f"<div>regression: {html.escape(line)}</div>" for line in failures)
-            verdict = (
-                f'<div class="verdict fail" id="nm-verdict">Fails --fail-above '
-                f"{fail_above_pct:g}%{items}</div>"
-            )
-        elif unsure:
+            verdict = f'<div class="verdict fail" id="nm-verdict">Fails {limit}{items}</div>'
+        elif unsure := undecided(c, fail_above_pct):
             items = "".join(f"<div>{html.escape(line)}</div>" for line in unsure)
             verdict = (
-                f'<div class="verdict insufficient" id="nm-verdict" '
-                'style="background:#fff4e5;color:#b26a00">The gate cannot decide at '
-                f"--fail-above {fail_above_pct:g}%: insufficient data{items}</div>"
+                '<div class="verdict insufficient" id="nm-verdict" style="background:#fff4e5;'
+                f'color:#b26a00">The gate cannot decide at {limit}: insufficient data{items}</div>'
             )
         else:
             verdict = (
