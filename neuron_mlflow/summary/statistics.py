@@ -24,7 +24,7 @@ import math
 import random
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 REGRESSION, IMPROVEMENT = "regression", "improvement"
 NO_CHANGE, INSUFFICIENT = "no change", "insufficient data"
@@ -255,33 +255,15 @@ def compare_samples(
     base_value = _mean_value(base) if base else None
     cand_value = _mean_value(cand) if cand else None
 
-    def estimate(
-        verdict: str,
-        reason: str,
-        ratio: float | None = None,
-        low: float | None = None,
-        high: float | None = None,
-    ) -> Estimate:
-        runs = (len(baseline), len(candidate))  # a run without kept steps counts here too
-        return Estimate(
-            verdict,
-            ratio,
-            low,
-            high,
-            base_value,
-            cand_value,
-            steps,
-            windows,
-            runs,
-            confidence,
-            reason,
-        )
-
+    runs = (len(baseline), len(candidate))  # a run without kept steps counts here too
+    found = Estimate(
+        INSUFFICIENT, None, None, None, base_value, cand_value, steps, windows, runs, confidence, ""
+    )
     if base_value is None or cand_value is None:
         missing = "baseline" if base_value is None else "candidate"
-        return estimate(INSUFFICIENT, f"no samples on the {missing} side")
+        return replace(found, reason=f"no samples on the {missing} side")
     if base_value <= 0:
-        return estimate(INSUFFICIENT, "the baseline is 0: no ratio")
+        return replace(found, reason="the baseline is 0: no ratio")
     ratio = cand_value / base_value
     tail = (1.0 - confidence) / 2
     rng = random.Random(SEED ^ zlib.crc32(name.encode("utf-8")))
@@ -306,7 +288,7 @@ def compare_samples(
             f"too few samples on the {' and '.join(few)} side "
             f"(need {MIN_STEPS} steps or {MIN_WINDOWS} windows a side)"
         )
-        return estimate(INSUFFICIENT, reason, ratio)
+        return replace(found, ratio=ratio, reason=reason)
     if low > upper:
         verdict, reason = REGRESSION, f"the whole interval is above {upper:.3f}"
     elif high < lower:
@@ -319,7 +301,7 @@ def compare_samples(
             f"the interval [{low:.3f}, {high:.3f}] crosses an edge of {band} "
             f"(+-{margin_pct:g}%): too close to call"
         )
-    return estimate(verdict, reason, ratio, low, high)
+    return replace(found, verdict=verdict, ratio=ratio, low=low, high=high, reason=reason)
 
 
 def steps_needed(cv_pct: float, margin_pct: float, confidence: float = CONFIDENCE) -> int:
