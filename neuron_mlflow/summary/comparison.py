@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -230,8 +230,8 @@ class Comparison:
         """The comparison as text: ``table`` (a terminal's), ``markdown``, ``json``, or
         ``seed`` (the result and the seed's side-by-side table with the verdicts)."""
         renders = {
-            "table": lambda c: _render(c, _aligned_block, []),
-            "markdown": render_markdown,
+            "table": lambda c: _render(c, markdown=False),
+            "markdown": lambda c: _render(c, markdown=True),
             "json": render_json,
             "seed": render_seed_table,
         }
@@ -665,8 +665,7 @@ def _tables(c: Comparison) -> tuple[list[str], list[list[str]], list[str], list[
     return head, body, op_head, op_body
 
 
-ONLY_BASELINE, ONLY_CANDIDATE = "only in the baseline", "only in the candidate"
-_ONLY = {"new": ONLY_CANDIDATE, "gone": ONLY_BASELINE}
+_ONLY = {"new": "only in the candidate", "gone": "only in the baseline"}
 
 
 def stat_rows(c: Comparison) -> list[dict[str, Any]]:
@@ -716,10 +715,6 @@ def _stat_title(c: Comparison) -> str:
     )
 
 
-_Block = Callable[[list[str], list[list[str]]], list[str]]
-"""Draws one table (its header, its rows) as lines: Markdown or aligned plain text."""
-
-
 def _markdown_block(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
@@ -734,9 +729,10 @@ def _aligned_block(header: list[str], rows: list[list[str]]) -> list[str]:
     return [fmt(header), "  ".join("-" * w for w in widths), *map(fmt, rows)]
 
 
-def _render(c: Comparison, block: _Block, gap: list[str], result: bool = True) -> str:
-    """The result, the headline, per-op and how-sure tables; ``block`` draws each table, ``gap``
-    goes between a table's title and the table."""
+def _render(c: Comparison, markdown: bool, result: bool = True) -> str:
+    """The result, the headline, per-op and how-sure tables, as Markdown (a blank line between
+    a table's title and the table) or as aligned plain text."""
+    block, gap = (_markdown_block, [""]) if markdown else (_aligned_block, [])
     head, body, op_head, op_body = _tables(c)
     lines = []
     if result and c.outcome is not None:
@@ -756,11 +752,6 @@ def _render(c: Comparison, block: _Block, gap: list[str], result: bool = True) -
     lines += ["", f"Baseline: {c.baseline}. Headline time metric: {c.time_metric}."]
     lines += [f"Note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
-
-
-def render_markdown(c: Comparison, result: bool = True) -> str:
-    """The comparison as Markdown (:func:`_render`)."""
-    return _render(c, _markdown_block, [""], result)
 
 
 _JSON_RUN_FIELDS = (
@@ -802,27 +793,6 @@ def _json_default(value: Any) -> Any:
     return asdict(value) if isinstance(value, Estimate | Outcome) else str(value)
 
 
-def profile_from_summary(
-    run_id: str, name: str, summary: Any, prefix: str = "profile", backend: str | None = None
-) -> RunProfile:
-    """A :class:`RunProfile` from a window's :class:`~neuron_mlflow.summary.ops.OpSummary`
-    (for comparing windows in hand, without reading MLflow).
-
-    Example:
-        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
-        >>> s = build_summary([RawOp("aten::mul", 2, 4.0, 4.0)], 2, 2, 10.0)
-        >>> profile_from_summary("r1", "naive", s).headline["op_calls"]
-        1.0
-    """
-    headline = {m: v for m in HEADLINE if (v := getattr(summary, m)) is not None}
-    headline["steps"] = float(summary.steps)
-    ops = {
-        op.name: {f: v for f in OP_FIELDS if (v := getattr(op, f)) is not None}
-        for op in summary.ops
-    }
-    return RunProfile(run_id, name, prefix, headline, ops, backend)
-
-
 def render_seed_table(c: Comparison) -> str:
     """The result, then the seed's side-by-side table of the runs: every value the
     :data:`STATISTIC`, with the headline time's ratio to the baseline and its verdict.
@@ -860,12 +830,12 @@ def render_seed_table(c: Comparison) -> str:
 
 
 def render_seed_markdown(c: Comparison) -> str:
-    """``comparison.md``: :func:`render_seed_table`, then :func:`render_markdown` (the
-    changes and how sure).
+    """``comparison.md``: :func:`render_seed_table`, then the changes and how sure (the
+    ``markdown`` rendering without its result line).
 
     Example:
         >>> a = RunProfile("a", "naive", "p", {"cpu_time_us": 125.0, "op_calls": 6.0}, {})
         >>> render_seed_markdown(compare_profiles([a, a])).splitlines()[0]  # doctest: +ELLIPSIS
         'Result: no winner: insufficient data, too few samples (naive vs naive) (self CPU time...'
     """
-    return render_seed_table(c) + "\n" + render_markdown(c, result=False)
+    return render_seed_table(c) + "\n" + _render(c, markdown=True, result=False)

@@ -25,13 +25,14 @@ from collections.abc import Mapping
 from itertools import groupby, islice
 
 from neuron_mlflow.summary.comparison import (
+    HEADLINE,
     METRIC_LABELS,
+    OP_FIELDS,
     SAMPLED,
     UNTIMED,
     Comparison,
     RunProfile,
     compare_profiles,
-    profile_from_summary,
     regressions,
     render_seed_markdown,
     stat_rows,
@@ -307,9 +308,13 @@ def comparison_report(
         >>> md.splitlines()[7]
         '| rms_norm | n/a | 47.6 | 1 | 90.0 | 0.78x [no interval] | insufficient data |'
     """
-    profiles = [
-        profile_from_summary(run_id, name, summary) for name, (run_id, summary) in runs.items()
-    ]
+    profiles = []
+    for name, (run_id, s) in runs.items():
+        headline = {m: float(v) for m in HEADLINE if (v := getattr(s, m)) is not None}
+        ops = {
+            op.name: {f: v for f in OP_FIELDS if (v := getattr(op, f)) is not None} for op in s.ops
+        }
+        profiles.append(RunProfile(run_id, name, "profile", headline, ops))
     comparison = compare_profiles(profiles, baseline=baseline, top=top)
     page = render_comparison_html(comparison, fail_above_pct=fail_above_pct, title=title)
     return render_seed_markdown(comparison), page
