@@ -229,13 +229,9 @@ class Comparison:
     def render(self, fmt: str = "table") -> str:
         """The comparison as text: ``table`` (a terminal's), ``markdown``, ``json``, or
         ``seed`` (the result and the seed's side-by-side table with the verdicts)."""
-        renders = {
-            "table": lambda c: _render(c, markdown=False),
-            "markdown": lambda c: _render(c, markdown=True),
-            "json": render_json,
-            "seed": render_seed_table,
-        }
-        return renders[fmt](self)
+        if fmt in ("table", "markdown"):
+            return _render(self, markdown=fmt == "markdown")
+        return {"json": render_json, "seed": render_seed_table}[fmt](self)
 
 
 @dataclass(frozen=True)
@@ -707,14 +703,6 @@ def stat_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def _stat_title(c: Comparison) -> str:
-    return (
-        f"How sure (candidate / baseline of the {STATISTIC}, {100 * CONFIDENCE:g}% interval; "
-        f"ops {100 * c.op_confidence:.2f}%, Bonferroni; verdict at +-{c.margin_pct:g}%; "
-        "steps: baseline/candidate, undisturbed):"
-    )
-
-
 def _markdown_block(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
@@ -748,7 +736,12 @@ def _render(c: Comparison, markdown: bool, result: bool = True) -> str:
         lines += block(op_head, op_body)
     stat_head, stat_body = stat_table(c)
     if stat_body:
-        lines += ["", _stat_title(c), *gap, *block(stat_head, stat_body)]
+        title = (
+            f"How sure (candidate / baseline of the {STATISTIC}, {100 * CONFIDENCE:g}% interval; "
+            f"ops {100 * c.op_confidence:.2f}%, Bonferroni; verdict at +-{c.margin_pct:g}%; "
+            "steps: baseline/candidate, undisturbed):"
+        )
+        lines += ["", title, *gap, *block(stat_head, stat_body)]
     lines += ["", f"Baseline: {c.baseline}. Headline time metric: {c.time_metric}."]
     lines += [f"Note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
