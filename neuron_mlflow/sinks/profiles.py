@@ -1,9 +1,8 @@
-"""Read run profiles back from MLflow: the metric prefixes of a run, its latest window (the
-values shown) and every window's per-step samples (what ``compare`` decides from): per window
-its ``steps.jsonl`` without the disturbed steps (counted in ``RunProfile.steps_disturbed``),
-else its ``summary.json`` mean (one value), else one value per logged window from the metric
-history (``docs/comparing.md``). Only what MLflow says does not exist is read as absent: any
-other failure is raised as an ``MlflowException``, never a verdict from part of a run's windows.
+"""Read run profiles back from MLflow: the metric prefixes of a run, its latest window's ops
+and every window's per-step samples (``steps.jsonl``, else ``summary.json``, else the metric
+history: ``docs/comparing.md``, "What is kept"). Only what MLflow says does not exist is read
+as absent: any other failure is raised as an ``MlflowException``, never a verdict from part of
+a run's windows.
 
 Example:
     >>> profile_prefixes(["profile/op_calls", "loss"])

@@ -1,12 +1,7 @@
 """How sure a comparison is: the ratio candidate / baseline with a confidence interval, and a
-verdict (pure Python, seeded, no numpy).
-
-One side (baseline or candidate) is nested: runs, each a list of windows, each a list of
-per-step values of one metric. A run counts by the 10th percentile (:data:`QUANTILE`) of its
-kept steps, all windows pooled (:func:`kept_steps`); a side by the mean of its runs. The
-interval is a percentile bootstrap over runs, then steps inside each window. The verdict at a
-margin (``regression``, ``improvement``, ``no change``, ``insufficient data``), why a low
-quantile, the bootstrap and its assumptions: ``docs/comparing.md`` ("The method").
+verdict (pure Python, seeded, no numpy). A side is runs -> windows -> per-step values
+(:data:`Side`); the statistic, the bootstrap, the verdicts and their assumptions:
+``docs/comparing.md`` ("The method").
 
 Example:
     >>> base = [[[100.0, 101, 99, 100, 102, 98, 100]]]

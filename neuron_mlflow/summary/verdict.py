@@ -1,11 +1,6 @@
 """The verdict of a window and of its top operators: compute-, memory- or overhead-bound.
 
-Pure, over numbers the window already has (percentages 0-100): ``overhead-bound`` when the
-device was busy less than :data:`BUSY_THRESHOLD_PCT` of its span; else ``compute-bound`` when
-the compute share (the largest of MFU and the engines' active-time shares) is at least the
-memory share (the larger of MBU and the DMA active-time share), ``memory-bound`` when below
-it; with only one share known, :data:`ALONE_THRESHOLD_PCT` or more gives its verdict. Per
-operator: :func:`op_verdict`. The rule as a table: ``docs/neuron.md``.
+Pure, over numbers the window already has (percentages 0-100); the rule: ``docs/neuron.md``.
 
 Example:
     >>> window_verdict(VerdictInputs(device_busy_pct=92.0, compute_pct=12.0, memory_pct=61.0))
@@ -39,7 +34,7 @@ class VerdictInputs:
 
 
 def window_verdict(inputs: VerdictInputs) -> tuple[str | None, str]:
-    """The window's verdict and the reason, by the rule of this module.
+    """The window's verdict and the reason (the rule: ``docs/neuron.md``).
 
     Example:
         >>> window_verdict(VerdictInputs())
