@@ -65,11 +65,9 @@ def op_series(key: str, field_name: str) -> str:
 
 
 def stable_op_names(names: Iterable[str]) -> dict[str, str]:
-    """A name that lines up across runs for every op name (given in first-call order).
-
-    A compiled graph's name carries inductor's hash (``## Call CompiledFxGraph fepdjo2lv4... ##``),
-    which differs between runs of the same code: the hash becomes the graph's order among the
-    compiled graphs of the window (``#0``, ``#1``, ...). Other names stay as they are.
+    """A name that lines up across runs for every op name (given in first-call order): a
+    compiled graph's inductor hash becomes its order among the window's compiled graphs
+    (``docs/comparing.md``); other names stay as they are.
 
     Example:
         >>> stable_op_names(["aten::mm", "Call_CompiledFxGraph_fepdjo2lv4abcdefghijklmnop",

@@ -1,11 +1,7 @@
-"""``comparison.html``: the side by side of profiled runs as a picture, self-contained.
-
-Written by ``neuron-mlflow compare --html PATH`` (and ``--log-to RUN``) and by the RMSNorm
-recipe on its parent run, from one :class:`~neuron_mlflow.summary.comparison.Comparison`: the
-result, the ``--fail-above`` verdict, "How sure" (the intervals as a table and a forest plot,
-the margin's band shaded), per-run totals and per-operator bars (``docs/report.md``). Same
-page rules as ``report.html`` (:mod:`neuron_mlflow.summary.report`): no network, no storage,
-everything inline, for MLflow's sandboxed artifact viewer.
+"""``comparison.html``: one :class:`~neuron_mlflow.summary.comparison.Comparison` as a
+self-contained page (the result, the ``--fail-above`` verdict, "How sure" as a table and a
+forest plot, per-run totals and per-operator bars), under ``report.html``'s page rules
+(``docs/report.md``).
 
 Example:
     >>> from neuron_mlflow.summary.comparison import RunProfile, compare_profiles
