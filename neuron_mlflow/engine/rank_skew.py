@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass
 
 from neuron_mlflow.naming import metric_key
+from neuron_mlflow.sinks.window_record import Window
 
 SKEW_METRIC = "max_over_median_time"
 
@@ -29,14 +30,12 @@ def skew_of(times: list[float]) -> float | None:
 
 @dataclass(frozen=True)
 class SkewFollowUp:
-    """Rank 0's uploaded window, whose skew its worker logs once the capturing ``ranks``'
-    times are in the run (at ``deadline``, a ``time.monotonic()`` time, from those that are)."""
+    """Rank 0's uploaded window (its record), whose skew its worker logs once the capturing
+    ``ranks``' times are in the run (at ``deadline``, a ``time.monotonic()`` time, from those
+    that are)."""
 
-    prefix: str
-    metric_step: int
-    ranks: tuple[int, ...]
-    run_id: str
-    tracking_uri: str
+    window: Window
+    ranks: list[int]
     deadline: float
 
 
@@ -45,15 +44,14 @@ def rank_skew(request: SkewFollowUp, final: bool) -> bool:
     ``final``, from the ranks that are); True when logged or it never can be."""
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=request.tracking_uri)
+    window = request.window
+    prefix, run_id, step = str(window.prefix), str(window.run_id), window.metric_step
+    client = MlflowClient(tracking_uri=window.tracking_uri)
     times: list[float] = []
     for rank in request.ranks:
         for name in ("device_time_us", "cpu_time_us"):
-            key = metric_key(request.prefix, "rank", str(rank), name)
-            values = [
-                m.value for m in client.get_metric_history(request.run_id, key)
-                if m.step == request.metric_step
-            ]  # fmt: skip
+            key = metric_key(prefix, "rank", str(rank), name)
+            values = [m.value for m in client.get_metric_history(run_id, key) if m.step == step]
             if values:
                 times.append(values[-1])
                 break
@@ -61,6 +59,5 @@ def rank_skew(request: SkewFollowUp, final: bool) -> bool:
         return False
     skew = skew_of(times)
     if skew is not None:
-        key = metric_key(request.prefix, "rank", SKEW_METRIC)
-        client.log_metric(request.run_id, key, skew, step=request.metric_step)
+        client.log_metric(run_id, metric_key(prefix, "rank", SKEW_METRIC), skew, step=step)
     return True

@@ -353,14 +353,12 @@ class Worker:
             return  # each look is a few MLflow requests: every 2 s is enough
         self._followups_at = now
         left = []
-        for pending in self._followups:
+        for pending in self._followups:  # kept while not logged (never once final or late)
             try:
-                logged = rank_skew(pending, final=final or now > pending.deadline)
+                if not rank_skew(pending, final=final or now > pending.deadline):
+                    left.append(pending)
             except Exception as exc:
                 log.warning("neuron-mlflow worker: the rank skew could not be logged (%s)", exc)
-                logged = True
-            if not logged and now <= pending.deadline and not final:
-                left.append(pending)
         self._followups = left
 
     def loop(self, lock: Claim | None = None) -> None:
@@ -453,11 +451,8 @@ def process_job(worker: Worker, window: Window) -> bool:
             log.warning("neuron-mlflow: %s; kept at %s", exc, record.path)
         else:
             if sink is not None and window.skew_ranks and record.window.run_id:
-                worker._followups.append(SkewFollowUp(
-                    str(record.window.prefix), record.window.metric_step,
-                    tuple(window.skew_ranks), str(record.window.run_id), sink.tracking_uri,
-                    time.monotonic() + SKEW_WAIT_S,
-                ))  # fmt: skip
+                deadline = time.monotonic() + SKEW_WAIT_S
+                worker._followups.append(SkewFollowUp(record.window, window.skew_ranks, deadline))
         record.handled()
     except Exception as exc:  # never let one window stop the worker
         log.exception("neuron-mlflow worker: window %s failed", path)
