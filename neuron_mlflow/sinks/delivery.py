@@ -99,17 +99,15 @@ def send_params_and_tags(
                 window.tags[tag] = record.artifact_path
         else:  # the first window of the prefix (or the rest of a batch cut short)
             batch = [Param(k, v) for k, v in sorted(params.items()) if k not in run.params]
-            for start in range(0, len(batch), PARAMS_PER_CALL):
-                params_part = batch[start : start + PARAMS_PER_CALL]
-                client.log_batch(run_id, params=params_part, synchronous=True)
+            for i in range(0, len(batch), PARAMS_PER_CALL):
+                client.log_batch(run_id, params=batch[i : i + PARAMS_PER_CALL], synchronous=True)
             run.params.update(params)
         record.mark_uploaded("params")  # saves the config_changed tag with it
     if not window.uploaded.tags:
         tags = {k: str(v) for k, v in window.tags.items()}
         batch_tags = [RunTag(k, v) for k, v in sorted(tags.items())]
-        for start in range(0, len(batch_tags), TAGS_PER_CALL):
-            tags_part = batch_tags[start : start + TAGS_PER_CALL]
-            client.log_batch(run_id, tags=tags_part, synchronous=True)
+        for i in range(0, len(batch_tags), TAGS_PER_CALL):
+            client.log_batch(run_id, tags=batch_tags[i : i + TAGS_PER_CALL], synchronous=True)
         run.tags.update(tags)
         record.mark_uploaded("tags")
 
@@ -139,6 +137,5 @@ def send_artifacts(client: MlflowClient, record: WindowRecord, run_id: str) -> N
             folder = "/".join([record.artifact_path, *rel.parts[:-1]])
             client.log_artifact(run_id, str(record.artifacts_dir / rel), folder)
             confirmed.append(name)
-            done.add(name)
             record.save()
     record.mark_uploaded("artifacts")
