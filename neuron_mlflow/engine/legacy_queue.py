@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -44,12 +43,7 @@ def legacy_job(root: Path, raw: bytes, where: str) -> Window:
     if end is None or staged is None or not draft.is_file():  # in place already
         return msgspec.structs.replace(WindowRecord.load(root / job["window"]).window, **extra)
     window = decode_window(draft.read_bytes(), str(draft))
-    return msgspec.structs.replace(_completed(window, end), **extra)
-
-
-def _completed(window: Window, end: dict[str, Any]) -> Window:
-    """The draft completed with the end facts (that release's ``complete_window``)."""
-    artifact_path = str(end["artifact_path"])
+    artifact_path = str(end["artifact_path"])  # the draft completed as that release did
     tags = dict(end.get("environment") or {})
     opened, ended = end.get("host_load_open"), end.get("host_load_end")
     if opened is not None and ended is not None:
@@ -79,4 +73,5 @@ def _completed(window: Window, end: dict[str, Any]) -> Window:
         tags=tags,
         errors=errors,
         error="; ".join(errors) or None,
+        **extra,
     )
