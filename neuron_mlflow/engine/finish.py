@@ -121,7 +121,6 @@ def end_record(
         tags[partial_tag(artifact_path)] = "true"
     errors = [*capture.errors, *([error] if error else [])]
     captured_ms = int(time.time() * 1000)  # the metrics' timestamp
-    config = base.config
     return msgspec.structs.replace(
         base,
         state=WindowState.INCOMPLETE if status == "incomplete" else WindowState.SPOOLED,
@@ -137,7 +136,7 @@ def end_record(
         reason=capture.reason,
         run_id=run_id,
         tracking_uri=tracking_uri or _tracking_uri(),
-        experiment_id=_active_experiment_id(config.experiment_name if config else None),
+        experiment_id=_active_experiment_id(base.config.experiment_name if base.config else None),
         metric_step=last if metric_step is None else metric_step,
         tags=tags,
         errors=errors,
