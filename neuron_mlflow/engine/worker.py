@@ -260,8 +260,7 @@ def run_idle(pid: int) -> None:
 
 
 def _set_policy(pid: int, idle: bool) -> bool:
-    """Every thread of process ``pid`` in the idle or the normal scheduling class; False
-    where that is refused or not Linux."""
+    """Every thread of ``pid`` in the idle or normal class; False where refused or not Linux."""
     policy = os.SCHED_IDLE if idle else os.SCHED_OTHER
     try:
         threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
@@ -422,10 +421,8 @@ def give_up(worker: Worker, window: Window) -> None:
 
 
 def process_job(worker: Worker, window: Window) -> bool:
-    """Put one queued window in place and finish it (:func:`~neuron_mlflow.engine.
-    pipeline.finish_window`); never raises. False when a ``sync`` holds the window (the job
-    waits). The outcome (state, ``error``, ``handled``) is in the window's record, which the
-    training process reads."""
+    """Put one queued window in place and finish it, the outcome in its record; never raises.
+    False when a ``sync`` holds the window (the job waits)."""
     from neuron_mlflow.engine.pipeline import WindowFailed, finish_window
 
     path = queued_place(worker.root, window)

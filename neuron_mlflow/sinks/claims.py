@@ -1,10 +1,8 @@
 """Claims on spooled windows: one process at a time finishes or uploads a window.
 
-A claim is an exclusive ``flock`` on the window's ``.lock`` file: the worker process holds it
-while it finishes the window, ``ingest`` until its window is uploaded, ``sync`` before it
-touches one. The operating system drops it when its process ends, however it ends. Where
-``fcntl`` does not exist (Windows), or the filesystem has no ``flock``, claims always
-succeed (nothing to coordinate with).
+A claim is an exclusive ``flock`` on the window's ``.lock`` file, dropped by the operating
+system when its process ends; without ``fcntl`` (Windows) or ``flock`` claims always succeed.
+Who claims a window when: docs/spool.md.
 
 Example:
     >>> import tempfile

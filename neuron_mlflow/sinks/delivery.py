@@ -1,18 +1,11 @@
 """Exactly-once delivery of one spooled window: metrics, then params and tags, then artifacts.
 
-Progress is kept in the window's record under ``progress``
-(:class:`~neuron_mlflow.sinks.window_record.UploadProgress`):
-
-- ``metric_chunks``: indexes of the ``log_batch`` chunks (at most 1000 metrics, keys sorted)
-  the server confirmed; ``sending``: the chunk in flight. A chunk found ``sending`` after a
-  crash is looked up on the server (its last metric at the window's step and capture time)
-  before it is sent again, so a sync killed at any point never stores a value twice (MLflow
-  stores a repeated metric value twice, and ``log_batch`` is one transaction on SQL stores).
-- ``artifact_files``: artifact files (paths relative to the window's artifact folder) the
-  server confirmed. A re-sent file would overwrite itself; recording them saves the upload.
-
-Metrics carry the capture time of the window (``captured_ms``), not the upload time. Params
-are logged once per prefix and run (:func:`send_params_and_tags`).
+Progress is kept in the window's record (:class:`~neuron_mlflow.sinks.window_record.
+UploadProgress`): the metric chunks (at most 1000, keys sorted) and artifact files the server
+confirmed, and the chunk in flight (``sending``). After a crash that chunk is looked up on the
+server (its last metric at the window's step and capture time) before it is sent again:
+MLflow stores a repeated metric value twice, and ``log_batch`` is one transaction on SQL
+stores.
 
 Example:
     >>> metric_chunks({"b": 2.0, "a": 1.0}, size=1)

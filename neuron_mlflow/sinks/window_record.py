@@ -1,21 +1,9 @@
 """The window record: one typed record of a window's whole life, from its end to MLflow.
 
-:class:`Window` is written once, complete, by the training thread when a window ends: into
-the worker's queue (``<local_dir>/.queue/<ns>_<pid>_<n>.json``: the record is the job). It
-says everything the worker process and ``neuron-mlflow sync`` need and they read nothing
-else: identity, steps, times, status, run target, environment, the backend's facts (its
-tags), the configuration (a :class:`~neuron_mlflow.config.ProfilerConfig`, not a dict).
-Put in place (:meth:`~neuron_mlflow.sinks.spool.Spool.place`), the same record is the
-window's ``manifest.json``, and the only way it is read back (:func:`decode_window`: a record
-that does not validate is a clear error naming the file; nothing is deleted). Its
-:class:`WindowState` says where the window is (the table in docs/spool.md); each transition
-is one method of :class:`~neuron_mlflow.sinks.spool.WindowRecord` that writes the record
-atomically.
-
-Records of earlier releases are read as the same states (:func:`upgrade`): the first
-release's dict manifests (``"format": 1``) and ``schema_version`` 2 (the config, environment
-and errors in a ``document`` dict); :mod:`neuron_mlflow.engine.legacy_queue` reads the queued
-jobs of version 2.
+:class:`Window` is written once, complete, by the training thread when a window ends (it is
+the worker's queued job), then is the window's ``manifest.json``; the worker and ``sync`` read
+nothing else. Its fields, states (:class:`WindowState`) and how the records of earlier
+releases are read (:func:`upgrade`, :mod:`neuron_mlflow.engine.legacy_queue`): docs/spool.md.
 
 Example:
     >>> w = Window(state=WindowState.SPOOLED, artifact_path="profile/step_000001-000002",
