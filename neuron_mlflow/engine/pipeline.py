@@ -42,9 +42,11 @@ from neuron_mlflow.naming import (
     window_metrics,
 )
 from neuron_mlflow.sinks.spool import WindowRecord
+from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload
 from neuron_mlflow.sinks.window_record import WindowFacts
 from neuron_mlflow.summary.ops import OpSummary, build_summary
 from neuron_mlflow.summary.tables import render_csv, render_markdown
+from neuron_mlflow.trace.step_samples import write_step_samples
 from neuron_mlflow.trace.window_report import write_window_report
 
 if TYPE_CHECKING:
@@ -109,8 +111,6 @@ def clean_up(record: WindowRecord) -> None:
     """After MLflow confirmed the window: its trace files leave the spool (unless
     ``keep_local``; without a config, as an ingested window: they leave), and the spool is
     held to ``local_max_bytes``. Call it while holding the window's claim."""
-    from neuron_mlflow.sinks.spool_cleanup import cleanup_after_upload
-
     config = record.window.config
     keep_local, cap = (config.keep_local, config.local_max_bytes) if config else (False, None)
     cleanup_after_upload(record.path, keep_local, cap)
@@ -198,8 +198,6 @@ def write_files(
     ``op_keys.json``, ``config.json`` (``document["config"]``, when given), ``steps.jsonl``
     (its ``_p50``/``_iqr`` metrics join ``summary.extra``) and ``report.html`` (a failure of
     either never fails the window, unless ``strict`` for the report)."""
-    from neuron_mlflow.trace.step_samples import write_step_samples
-
     window, artifacts = record.window, record.artifacts_dir
     facts = window.facts or WindowFacts(index=0, first=0, last=0)
     prefix = str(window.prefix)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from neuron_mlflow.engine.legacy_queue import legacy_job
 from neuron_mlflow.engine.rank_skew import SkewFollowUp, rank_skew
 from neuron_mlflow.sinks.claims import (
     QUEUE,
@@ -85,8 +86,6 @@ def read_job(root: Path, path: Path) -> Window:
     """
     raw = path.read_bytes()
     if b'"schema_version"' not in raw[:64]:
-        from neuron_mlflow.engine.legacy_queue import legacy_job
-
         return legacy_job(root, raw, str(path))
     return decode_window(raw, str(path))
 
