@@ -182,8 +182,7 @@ class WorkerClient:
     def capturing(self) -> Claim | None:
         """Hold this while a window is captured (the worker starts no job meanwhile, at most
         :data:`PAUSE_MAX_S`); give the claim to :meth:`captured` when the window ends."""
-        folder = self.root / CAPTURING
-        folder.mkdir(parents=True, exist_ok=True)
+        (self.root / CAPTURING).mkdir(parents=True, exist_ok=True)
         return claim_file(self._capturing_file())
 
     def captured(self, held: Claim) -> None:
