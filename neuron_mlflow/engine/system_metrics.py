@@ -28,11 +28,10 @@ from neuron_mlflow.capture.backends.neuron_monitor import (
 )
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.errors import NeuronMlflowWarning
+from neuron_mlflow.sinks.delivery import METRICS_PER_CALL
 
 log = logging.getLogger("neuron_mlflow")
 
-CHUNK = 1000
-"""Metrics per ``log_batch`` call (MLflow's limit)."""
 MAX_WAITING = 200_000
 """Samples kept while the run is not known yet (the oldest are dropped beyond)."""
 _running: weakref.WeakSet[SystemMetrics] = weakref.WeakSet()
@@ -92,8 +91,8 @@ class SystemMetrics:
 
         client = MlflowClient(self._tracking_uri)
         metrics = [Metric(key, value, ts, step) for key, value, ts, step in batch]
-        for i in range(0, len(metrics), CHUNK):
-            client.log_batch(run_id, metrics=metrics[i : i + CHUNK], synchronous=True)
+        for i in range(0, len(metrics), METRICS_PER_CALL):
+            client.log_batch(run_id, metrics=metrics[i : i + METRICS_PER_CALL], synchronous=True)
 
     def needs_run(self) -> bool:
         """True while samples wait for a run not known yet (made with the first upload)."""
