@@ -1,10 +1,8 @@
 """Queued jobs of the release before one record (``schema_version`` 2), read as records.
 
-That release queued a job (``window``, ``staged``, ``upload``, ``skew`` and the window's end
-facts, ``end``) and drafted the window's record into its staging folder (``draft.json``) when
-it opened. :func:`legacy_job` completes the draft with the end facts as that release did, so
-a spool it left (a window ended while no worker ran) still syncs; a job whose window is in
-place already is its ``manifest.json``. Nothing here writes the old files.
+Such a job held the window's end facts (``end``), its staging folder the record drafted when
+the window opened (``draft.json``); :func:`legacy_job` completes the draft as that release
+did, so a spool it left still syncs (docs/spool.md). Nothing here writes the old files.
 """
 
 from __future__ import annotations
