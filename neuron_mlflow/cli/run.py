@@ -251,9 +251,8 @@ def _open_run(config: ProfilerConfig, command: Sequence[str], job_id: str) -> _R
     sink = MlflowSink()
     try:
         sink.check_reachable()
-        experiment_id = sink.experiment_id(config.experiment_name)
         tags = {JOB_TAG: job_id, "neuron_mlflow.command": shlex.join(command)[:4000]}
-        run = sink.client.create_run(experiment_id, run_name=config.run_name, tags=tags)
+        run_id = sink.create_run(config.experiment_name, config.run_name, tags, running=True)
     except Exception as exc:
         print(
             f"neuron-mlflow run: could not create an MLflow run at {uri} ({type(exc).__name__}: "
@@ -262,7 +261,7 @@ def _open_run(config: ProfilerConfig, command: Sequence[str], job_id: str) -> _R
             file=sys.stderr,
         )
         return _Run(uri, None, created=False)
-    return _Run(uri, str(run.info.run_id), created=True)
+    return _Run(uri, run_id, created=True)
 
 
 def _end_run(run: _Run, status: str) -> None:
