@@ -59,10 +59,6 @@ REPORTS_ENV = "NEURON_MLFLOW_RUN_REPORTS"
 """A folder where each autologged process of ``neuron-mlflow run`` writes, at exit, what it
 profiled (``<pid>.json``): the verb says once, for the whole command, when nothing was."""
 
-LIGHTNING = "lightning.pytorch"
-TRANSFORMERS = "transformers.trainer"
-TORCH = "torch"
-
 STAGE = "train"
 """The loop's steps are training steps: metrics ``<metric_prefix>/train/...``, as the
 Lightning and Hugging Face callbacks log theirs."""
@@ -171,9 +167,9 @@ def _enable() -> None:
         return
     _state.enabled = True
     hooks: dict[str, Callable[[ModuleType], None]] = {
-        TORCH: _hook_torch,
-        LIGHTNING: _patch_lightning,
-        TRANSFORMERS: _patch_transformers,
+        "torch": _hook_torch,
+        "lightning.pytorch": _patch_lightning,
+        "transformers.trainer": _patch_transformers,
     }
     finder = _PostImportFinder(hooks)
     sys.meta_path.insert(0, finder)
@@ -320,7 +316,7 @@ def _patch_lightning(module: ModuleType) -> None:
 
     _patch(trainer, "__init__", make_init)
     _patch(trainer, "fit", _owning)
-    logger = importlib.import_module(f"{LIGHTNING}.loggers").MLFlowLogger
+    logger = importlib.import_module("lightning.pytorch.loggers").MLFlowLogger
     _patch(logger, "__init__", _run_from_environment)
 
 
@@ -521,14 +517,7 @@ def _warn_if_nothing_profiled() -> None:
     if reports:
         import json
 
-        report = {
-            "pid": os.getpid(),
-            "argv": sys.argv,
-            "torch": TORCH in sys.modules,
-            "optimizer_steps": _state.optimizer_steps,
-            "steps": _state.clock_steps,
-            "trainers": _state.trainers,
-        }
+        report = {"optimizer_steps": _state.optimizer_steps, "trainers": _state.trainers}
         with contextlib.suppress(OSError):
             Path(reports, f"{os.getpid()}.json").write_text(json.dumps(report), "utf-8")
         return
