@@ -51,18 +51,11 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
         ConfigError: a bad stage, rank or config value (the message lists what is allowed).
         BackendUnavailableError: the backend cannot run here.
 
-    A ``train`` step is one optimizer step (gradient accumulation counts once), numbered by
-    ``trainer.global_step``; its metric step is ``trainer.global_step`` when the window is
-    logged. Other stages count batches from 0 in each run of the stage; their metric step is
-    the batch index of the window's last step. The sanity-check validation is never profiled.
-    The checkpoint state (windows already logged) is saved under :attr:`state_key`, which
-    includes the stages and the schedule: callbacks with other stages keep their own state.
-
-    ``fit``, ``validate``, ``test`` and ``predict`` return when their steps end: the windows
-    are summarised and uploaded by a worker process that finishes them even after this
-    process ends. Call :meth:`wait` to have them in MLflow before going on (to read them back,
-    or before measuring something else on this host). After each Trainer call, and after one
-    that raised, nothing of the callback runs in this process: no thread, no signal handler.
+    A ``train`` step is one optimizer step, numbered by ``trainer.global_step``; the other
+    stages count batches from 0 in each run of the stage. ``fit``, ``validate``, ``test`` and
+    ``predict`` return without waiting for the uploads (:meth:`wait` waits). The rest (metric
+    steps, the run, ranks, checkpoint state): docs/lightning.md. See the module docstring for
+    an example.
     """
 
     def __init__(
@@ -120,9 +113,8 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
         self._automatic = bool(pl_module.automatic_optimization)
         self._guard(self._stage_start, trainer, _TRAIN)
 
-    # The train row's two step hooks are written out: every training step runs them. Outside
-    # a window each is a few attribute reads, a counter and one comparison, outside the guard
-    # (StageWindows.begin_quiet / end_quiet never raise).
+    # The train row's step hooks, written out (every training step runs them): outside a
+    # window, outside the guard (StageWindows.begin_quiet / end_quiet never raise).
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
@@ -136,7 +128,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
         ):
             # marked until the step ends (neuron_mlflow: train_step): validation,
             # checkpoints and the loop's own work between steps are not summarised
-            self._guard(windows.begin, windows.next_step, _TRAIN.step_name)
+            self._guard(windows.begin, windows.next_step, "train_step")
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
@@ -162,7 +154,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
         if trainer.sanity_checking or spec.stage not in self.stages:
             return
         planned = getattr(trainer, spec.planned)
-        if spec.optimizer_steps:
+        if spec is _TRAIN:  # optimizer steps, numbered by global_step; else batches from 0
             self._optimizer_steps = 0
             detail = (
                 f"max_steps={trainer.max_steps}, max_epochs={trainer.max_epochs}, "
@@ -183,7 +175,7 @@ class NeuronProfilerCallback(AttachedFrontEnd, Callback):
 def _evaluation_hooks(row: StageHooks) -> dict[str, Callable[..., None]]:
     """The four hooks of an evaluation stage's row: one step per batch. As the train row's,
     the guard runs only for a step in or next to a window."""
-    stage = row.stage
+    stage, step_name = row.stage, f"{row.stage}_step"  # (neuron_mlflow: validate_step)
 
     def start(self: NeuronProfilerCallback, trainer: Trainer, pl_module: LightningModule) -> None:
         self._guard(self._stage_start, trainer, row)
@@ -200,7 +192,7 @@ def _evaluation_hooks(row: StageHooks) -> dict[str, Callable[..., None]]:
         if windows is None or trainer.sanity_checking:  # (the sanity check: never profiled)
             return
         if not windows.begin_quiet(windows.next_step):
-            self._guard(windows.begin, windows.next_step, row.step_name)
+            self._guard(windows.begin, windows.next_step, step_name)
 
     def batch_end(
         self: NeuronProfilerCallback,

@@ -26,9 +26,6 @@ class StageHooks:
         stage: the stage's name (its metric prefix is ``<metric_prefix>/<stage>``).
         start, batch_start, batch_end, end: the Lightning hooks where a run of the stage
             starts, where a step begins, where it ends, and where the run ends.
-        optimizer_steps: the step counter. ``True``: one step per optimizer step, numbered by
-            ``trainer.global_step`` (gradient accumulation counts once); ``False``: one step per
-            batch, from 0 in each run of the stage (the sanity check is never profiled).
         planned: the Trainer attribute with the number of steps the stage plans.
     """
 
@@ -37,28 +34,17 @@ class StageHooks:
     batch_start: str
     batch_end: str
     end: str
-    optimizer_steps: bool
     planned: str
-
-    @property
-    def step_name(self) -> str:
-        """The name that marks the stage's steps in a window (``neuron_mlflow: train_step``).
-
-        Example:
-            >>> STAGE_HOOKS[0].step_name
-            'train_step'
-        """
-        return f"{self.stage}_step"
 
 
 STAGE_HOOKS = (
     StageHooks("train", "on_train_start", "on_train_batch_start", "on_train_batch_end",
-               "on_train_end", True, "estimated_stepping_batches"),
+               "on_train_end", "estimated_stepping_batches"),
     StageHooks("validate", "on_validation_epoch_start", "on_validation_batch_start",
-               "on_validation_batch_end", "on_validation_epoch_end", False, "num_val_batches"),
+               "on_validation_batch_end", "on_validation_epoch_end", "num_val_batches"),
     StageHooks("test", "on_test_epoch_start", "on_test_batch_start", "on_test_batch_end",
-               "on_test_epoch_end", False, "num_test_batches"),
+               "on_test_epoch_end", "num_test_batches"),
     StageHooks("predict", "on_predict_epoch_start", "on_predict_batch_start",
-               "on_predict_batch_end", "on_predict_epoch_end", False, "num_predict_batches"),
+               "on_predict_batch_end", "on_predict_epoch_end", "num_predict_batches"),
 )  # fmt: skip
-"""The stage table: where each stage's steps begin and end, and how they are counted."""
+"""The stage table: where each stage's steps begin and end, and how many it plans."""
