@@ -1,13 +1,9 @@
 """The Hugging Face front end: :class:`HfProfilerCallback`, a ``transformers.TrainerCallback``.
 
-A thin callback over the engine's :class:`~neuron_mlflow.engine.attach.Attachment`, as the
-Lightning callback is: it says when a step begins and ends, which run to use, and which ranks
-capture. It uses only the ``TrainerCallback`` API (no private attribute of the Trainer, no
-patch), so that a trainer calling the same hooks works too (optimum-neuron's
-``NeuronTrainer`` calls ``on_step_begin``, ``on_pre_optimizer_step``, ``on_optimizer_step``,
-``on_step_end`` and ``on_log``). Outside a window a step hook costs a few attribute reads and
-one comparison; no hook waits for a summary, an upload or another rank. Only this module
-imports ``transformers``.
+Its hooks over the engine's :class:`~neuron_mlflow.engine.attach.Attachment`, as the
+Lightning callback's. It uses only the ``TrainerCallback`` API, so that a trainer calling the
+same hooks (optimum-neuron's ``NeuronTrainer``) works too; no hook waits for a summary, an
+upload or another rank. Only this module imports ``transformers``; docs/transformers.md.
 
 Example:
     >>> import tempfile, torch
@@ -69,26 +65,12 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         ConfigError: a bad stage, rank or config value (the message lists what is allowed).
         BackendUnavailableError: the backend cannot run here.
 
-    A ``train`` step is one optimizer step, from ``on_step_begin`` to ``on_step_end`` (with
-    gradient accumulation, all its micro-batches), numbered by ``state.global_step`` when it
-    begins; its metric step is ``state.global_step`` when the window is logged. An
-    ``evaluate`` step is one batch of the evaluation loop (``evaluate()`` and ``predict()``):
-    Transformers calls ``on_prediction_step`` after each batch and nothing before the first,
-    so a step runs from one batch's ``on_prediction_step`` to the next's, and the first batch
-    of each evaluation is not a step. Its steps count from 0 in each evaluation (step 0 is
-    the second batch); the metric step is the window's last step.
-
-    Windows go into the run Transformers' ``MLflowCallback`` logs to (``report_to``
-    including ``"mlflow"``), whatever the order of the callbacks, else the active run, else a
-    new one; under ``torchrun`` or ``accelerate launch`` every capturing rank uploads into
-    that run (rank 0's, broadcast once when training begins; no collective in a step hook).
-
-    ``train()`` returns when its steps end: the worker process summarises and uploads the
-    windows, even after this process ends; :meth:`wait` waits for them. After ``train()``
-    nothing of the callback runs in this process: no thread, no signal handler. Transformers
-    calls no callback when ``train()`` raises: the window open then is kept (incomplete) and
-    what the callback started is stopped by :meth:`close`, by the next ``train()``, or at
-    the process's exit, whichever comes first.
+    A ``train`` step is one optimizer step (``on_step_begin`` to ``on_step_end``), an
+    ``evaluate`` step one batch of the evaluation loop; windows go into the run of
+    Transformers' ``MLflowCallback`` when the Trainer has one. ``train()`` returns without
+    waiting for the uploads (:meth:`wait` waits); Transformers calls no callback when it
+    raises: :meth:`close` then stops what the callback started. The rest (step numbers, the
+    run, ranks, failures): docs/transformers.md. See the module docstring for an example.
     """
 
     def __init__(
@@ -260,13 +242,9 @@ class _Unended(NeuronMlflowError):
 def _set_up_mlflow_callback(
     args: TrainingArguments, state: TrainerState, model: Any, caller: FrameType
 ) -> None:
-    """Make the run Transformers' ``MLflowCallback`` logs to active, when the Trainer has one,
-    so that the options take it (the active run, else a new one: ``runs.open_run``).
-
-    The callback handler calling our hook holds the Trainer's callbacks. An ``MLflowCallback``
-    after ours in that list has not set up its run yet: it is set up now, as its own first
-    hook would (it does so once, so its own hook then does nothing).
-    """
+    """Make the run of the Trainer's ``MLflowCallback`` (found in the calling handler) active,
+    for the options to take: one after ours in the list is set up now, as its own first hook
+    would (it sets up once)."""
     from transformers.integrations import MLflowCallback
     from transformers.trainer_callback import CallbackHandler
 
