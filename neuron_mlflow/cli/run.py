@@ -31,13 +31,15 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 from unittest import mock
 
-from neuron_mlflow.cli.app import EXIT_USAGE, fail, folder_problem
+from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.cli.app import EXIT_USAGE, fail, folder_problem
+from neuron_mlflow.config import CONFIG_FILE_ENV, ENV_PREFIX, ProfilerConfig, config_file_problem
+from neuron_mlflow.engine.options import JOB_ID_ENV, RUN_ID_ENV
+from neuron_mlflow.integrations.autolog import AUTOLOG_ENV, NOTHING_PROFILED, REPORTS_ENV
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
 """The folder of the ``sitecustomize`` put first on the command's ``PYTHONPATH``."""
@@ -67,8 +69,6 @@ class FieldOption:
 
     @property
     def env(self) -> str:
-        from neuron_mlflow.config import ENV_PREFIX
-
         return ENV_PREFIX + "__".join(self.path).upper()
 
     def env_value(self, value: str) -> str:
@@ -76,13 +76,6 @@ class FieldOption:
         if self.kind == "list" and not value.lstrip().startswith("["):
             return json.dumps([part.strip() for part in value.split(",") if part.strip()])
         return value
-
-
-def _members(annotation: Any) -> tuple[Any, ...]:
-    """The types of a union (``int | None``: ``(int, NoneType)``), else the annotation."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return typing.get_args(annotation)
-    return (annotation,)
 
 
 def _kind(members: tuple[Any, ...]) -> str:
@@ -112,13 +105,10 @@ def field_options(
         >>> [o.env for o in field_options() if o.flag == "--schedule.warmup"]
         ['NEURON_MLFLOW_SCHEDULE__WARMUP']
     """
-    from pydantic import BaseModel
-
-    from neuron_mlflow.config import ProfilerConfig
-
     options = []
     for name, info in (model or ProfilerConfig).model_fields.items():
-        members = _members(info.annotation)
+        union = typing.get_origin(info.annotation) in (typing.Union, types.UnionType)
+        members = typing.get_args(info.annotation) if union else (info.annotation,)
         nested = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
         if nested:
             options.extend(field_options(nested[0], (*prefix, name)))
@@ -182,8 +172,6 @@ def _config_env(args: argparse.Namespace, options: Sequence[FieldOption]) -> dic
     if args.experiment is not None:
         env["NEURON_MLFLOW_EXPERIMENT_NAME"] = args.experiment
     if args.config is not None:
-        from neuron_mlflow.config import CONFIG_FILE_ENV
-
         env[CONFIG_FILE_ENV] = str(Path(args.config).absolute())
     return env
 
@@ -193,8 +181,6 @@ def _checked_config(
 ) -> tuple[dict[str, str], ProfilerConfig] | str:
     """The variables and the ``ProfilerConfig`` the command's processes will read, or why
     there are none (one line naming the option, the value and what is allowed)."""
-    from neuron_mlflow.config import ProfilerConfig, config_file_problem
-
     if args.config is not None:  # named as the user gave it, not as the variable it becomes
         problem = config_file_problem(args.config, "--config")
         if problem is not None:
@@ -245,7 +231,7 @@ def _open_run(config: ProfilerConfig, command: Sequence[str], job_id: str) -> _R
     from neuron_mlflow.sinks.mlflow_sink import MlflowSink
 
     uri = mlflow.get_tracking_uri()
-    given = os.environ.get("MLFLOW_RUN_ID")
+    given = os.environ.get(RUN_ID_ENV)
     if given:
         return _Run(uri, given, created=False)
     sink = MlflowSink()
@@ -273,9 +259,6 @@ def _end_run(run: _Run, status: str) -> None:
 
 
 def _child_env(config_env: dict[str, str], run: _Run, job_id: str, reports: str) -> dict[str, str]:
-    from neuron_mlflow.engine.options import JOB_ID_ENV, RUN_ID_ENV
-    from neuron_mlflow.integrations.autolog import AUTOLOG_ENV, REPORTS_ENV
-
     env = {**os.environ, **config_env}
     env[AUTOLOG_ENV] = "1"
     env[REPORTS_ENV] = reports
@@ -391,8 +374,6 @@ def run_command(argv: Sequence[str]) -> int:
             code = child.wait()
         signalled = code < 0
         if not signalled and _nothing_profiled(Path(reports)):
-            from neuron_mlflow.integrations.autolog import NOTHING_PROFILED
-
             print(f"neuron-mlflow run: warning: in `{shlex.join(command)}`, "
                   f"{NOTHING_PROFILED}", file=sys.stderr)  # fmt: skip
     _end_run(run, "FINISHED" if code == 0 else "KILLED" if signalled else "FAILED")
