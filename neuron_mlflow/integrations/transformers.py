@@ -96,7 +96,7 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         the process's exit do it too."""
         self._end(_Unended("train() or an evaluation did not reach its end"))
 
-    def _end(self, exc: BaseException) -> None:
+    def _end(self, exc: BaseException | None = None) -> None:
         unended = self._training or self._evaluating
         self._training = self._evaluating = False
         _unended.discard(self)
@@ -219,8 +219,7 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         if session is not None and session.window_open:  # opened for that step: nothing in it
             self._guard(session.flush)
         if not self._training:
-            _unended.discard(self)
-            self.attachment.end()
+            self._end()
 
     # -- run, ranks ------------------------------------------------------------------------
 
