@@ -440,11 +440,8 @@ def _new_loop() -> _Loop | None:
 
 
 class _Loop:
-    """The steps of a loop found by the optimizer hook, on an :class:`Attachment`.
-
-    The first clock step begins step 0 (the loop's set-up is not a step); each later one
-    ends the open step and begins the next.
-    """
+    """The steps of a loop found by the optimizer hook, on an :class:`Attachment`: the first
+    clock step begins step 0, each later one ends the open step and begins the next."""
 
     def __init__(self, config: ProfilerConfig) -> None:
         from neuron_mlflow.engine.attach import Attachment
@@ -490,10 +487,9 @@ def _end_loop(wait: bool, exc: BaseException | None = None) -> None:
 
 
 def _at_exit() -> None:
-    """Hand the loop's open window over (incomplete after an uncaught exception), end the run
-    made for it (``FAILED`` then, else ``FINISHED``) and wait, at most ``upload_timeout_s``,
-    for the windows of the loop and of the callbacks autolog added; then say so once if
-    nothing was profiled."""
+    """Hand the loop's open window over and end its run (``FAILED`` after an uncaught
+    exception), wait for the windows of the loop and of the callbacks autolog added (at most
+    ``upload_timeout_s``), then say so once if nothing was profiled."""
     failed = getattr(sys, "last_value", None)
     _end_loop(True, failed if isinstance(failed, BaseException) else None)
     with contextlib.suppress(Exception):
