@@ -56,8 +56,9 @@ AUTOLOG_ENV = "NEURON_MLFLOW_AUTOLOG"
 """``1``: the ``sitecustomize`` of ``neuron-mlflow run`` applies autolog in this process."""
 
 REPORTS_ENV = "NEURON_MLFLOW_RUN_REPORTS"
-"""A folder where each autologged process of ``neuron-mlflow run`` writes, at exit, what it
-profiled (``<pid>.json``): the verb says once, for the whole command, when nothing was."""
+"""A folder where each autologged process of ``neuron-mlflow run`` that stepped an optimizer or
+ran a Trainer leaves a file (``<pid>``) at exit: the verb says once, for the whole command,
+when none did."""
 
 STAGE = "train"
 """The loop's steps are training steps: metrics ``<metric_prefix>/train/...``, as the
@@ -511,11 +512,9 @@ def _warn_if_nothing_profiled() -> None:
     _state.warned = True
     reports = os.environ.get(REPORTS_ENV)
     if reports:
-        import json
-
-        report = {"optimizer_steps": _state.optimizer_steps, "trainers": _state.trainers}
-        with contextlib.suppress(OSError):
-            Path(reports, f"{os.getpid()}.json").write_text(json.dumps(report), "utf-8")
+        if _state.optimizer_steps or _state.trainers:
+            with contextlib.suppress(OSError):
+                Path(reports, str(os.getpid())).touch()
         return
     if not _state.explicit or _state.optimizer_steps or _state.trainers:
         return
