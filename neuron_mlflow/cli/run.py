@@ -1,12 +1,10 @@
 """``neuron-mlflow run [options] -- COMMAND [ARGS...]``: any command, profiled, unedited.
 
-The verb applies ``nm.autolog()`` in every Python process the command starts (``torchrun``'s
+The verb applies ``nm.autolog()`` in every Python process of the command (``torchrun``'s
 workers included) through a ``sitecustomize`` put first on ``PYTHONPATH``
-(:mod:`neuron_mlflow.cli.site`), enabled by ``NEURON_MLFLOW_AUTOLOG=1``. Its options are the
-``ProfilerConfig`` fields (generated from the model) plus ``--experiment``, ``--run-name`` and
-``--config FILE``; they reach the processes as ``NEURON_MLFLOW_*`` variables. The verb makes
-one MLflow run for the whole command, forwards signals to its process group and exits with its
-exit code: docs/autolog.md, "neuron-mlflow run".
+(:mod:`neuron_mlflow.cli.site`); its options, the ``ProfilerConfig`` fields, reach them as
+``NEURON_MLFLOW_*`` variables. One MLflow run for the whole command, signals forwarded to its
+process group, its exit code: docs/autolog.md, "neuron-mlflow run".
 
 Example:
     >>> run_command(["--backend", "tpu", "--", "true"])

@@ -89,11 +89,9 @@ class HfProfilerCallback(AttachedFrontEnd, TrainerCallback):
         self._evaluating = False  # an evaluation loop's first batch seen, its end not yet
 
     def close(self) -> None:
-        """Stop what the callback started, after a ``train()`` (or evaluation) that raised:
-        Transformers calls no callback then. The window open at the failure is kept
-        (incomplete, not uploaded; ``neuron-mlflow sync --include-incomplete`` uploads it).
-        Nothing waits for uploads (:meth:`wait` does). Idempotent; the next ``train()`` and
-        the process's exit do it too."""
+        """Stop what the callback started after a ``train()`` (or evaluation) that raised,
+        as Transformers calls no callback then; the open window is kept (incomplete).
+        Idempotent; the next ``train()`` and the process's exit do it too."""
         self._end(_Unended("train() or an evaluation did not reach its end"))
 
     def _end(self, exc: BaseException | None = None) -> None:
