@@ -250,7 +250,7 @@ class _PostImportFinder:
             self._finding.discard(fullname)
         if spec is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        hooked: Any = _HookedLoader(spec.loader, fullname, hook)  # (a Loader by its methods)
+        hooked: Any = _HookedLoader(spec.loader, hook)  # (a Loader by its methods)
         spec.loader = hooked
         return spec
 
@@ -258,9 +258,8 @@ class _PostImportFinder:
 class _HookedLoader:
     """The module's own loader, then the hook; the module keeps its own loader."""
 
-    def __init__(self, loader: Any, name: str, hook: Callable[[ModuleType], None]) -> None:
+    def __init__(self, loader: Any, hook: Callable[[ModuleType], None]) -> None:
         self.loader = loader
-        self.name = name
         self.hook = hook
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
@@ -274,7 +273,7 @@ class _HookedLoader:
         module.__loader__ = self.loader
         self.loader.exec_module(module)
         if _state.enabled:
-            _run_hook(self.name, self.hook, module)
+            _run_hook(module.__name__, self.hook, module)
 
 
 # -- Lightning and Transformers: a callback per Trainer -------------------------------------
