@@ -1,14 +1,9 @@
 """Windows on demand: capture requests read while the job runs, and slow steps that ask.
 
-A request (JSON: ``id``, ``steps``, ``warmup``, ``at_step``, all optional) comes from the run
-tag ``neuron_mlflow.capture.request`` or the file ``<local_dir>/capture``, both read every
-``poll_s`` by a background thread, or from a signal (``capture_signal``, installed only where
-the job has no handler of its own; the handler only sets a flag); slow steps ask through
-:class:`~neuron_mlflow.engine.slow_steps.SlowStepDetector`. The training thread reads
-:attr:`OnDemand.hot` at each step begin and takes the requests there (``request_window``
-mutates session state); every answer, the heartbeat and the step-time metric go out on the
-background thread, behind a short cached reachability check, so a slow or unreachable server
-costs the training thread nothing. The protocol: ``docs/on-demand.md``.
+A background thread reads the run's tag and ``<local_dir>/capture`` every ``poll_s`` and sends
+every answer; a signal's handler only sets a flag. The training thread checks
+:attr:`OnDemand.hot` at a step begin and takes the requests there (``request_window`` mutates
+session state). The protocol and what it costs: ``docs/on-demand.md``.
 
 Example:
     >>> parse_request('{"steps": 3, "id": "a1"}', "tag", max_steps=50)
@@ -53,7 +48,6 @@ from neuron_mlflow.schedule import Window
 log = logging.getLogger("neuron_mlflow")
 
 REQUEST_KEYS = ("id", "steps", "warmup", "at_step")
-"""The keys a request may hold (all optional)."""
 
 ROUNDUP = 10
 """Without ``at_step``, a job of several ranks starts at a multiple of this (all ranks alike)."""
@@ -77,7 +71,7 @@ class CaptureRequest:
     source: str = "tag"
 
 
-def _count(data: dict[str, Any], key: str, low: int, high: int | None, cap: str) -> int | None:
+def _count(data: dict[str, Any], key: str, low: int, high: int | None) -> int | None:
     value = data.get(key)
     if value is None:
         return None
@@ -86,7 +80,7 @@ def _count(data: dict[str, Any], key: str, low: int, high: int | None, cap: str)
     if value < low:
         raise ValueError(f"{key}={value} is below {low}")
     if high is not None and value > high:
-        raise ValueError(f"{key}={value} is above {cap}={high}")
+        raise ValueError(f"{key}={value} is above max_request_steps={high}")
     return value
 
 
@@ -119,9 +113,9 @@ def parse_request(text: str, source: str, max_steps: int, id_salt: str = "") -> 
     if raw_id is not None and request_id != raw_id:
         raise BadRequest(f"id={raw_id!r}: expected 1-64 letters, digits or _.:-", request_id)
     try:
-        steps = _count(data, "steps", 1, max_steps, "max_request_steps")
-        warmup = _count(data, "warmup", 0, max_steps, "max_request_steps")
-        at_step = _count(data, "at_step", 0, None, "")
+        steps = _count(data, "steps", 1, max_steps)
+        warmup = _count(data, "warmup", 0, max_steps)
+        at_step = _count(data, "at_step", 0, None)
     except ValueError as exc:
         raise BadRequest(str(exc), request_id) from None
     return CaptureRequest(request_id, steps, warmup, at_step, source)
@@ -259,22 +253,21 @@ class OnDemand:
             self._thread.start()
         return self
 
-    def close(self, timeout_s: float = 10.0) -> None:
+    def close(self) -> None:
         """Put the signal's previous handler back and stop the background thread (after one
-        last poll that writes the answers back). Waits at most ``timeout_s`` when there are
-        answers to give, else at most :data:`STOP_S` (a poll under way finishes): a server
-        that stopped answering does not hold up the end of the job."""
+        last poll that writes the answers back). Waits at most 10 s when there are answers to
+        give, else at most :data:`STOP_S` (a poll under way finishes): a server that stopped
+        answering does not hold up the end of the job."""
         _uninstall_signal(self)
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s if self._pending() else STOP_S)
+            thread.join(10.0 if self._pending() else STOP_S)
 
     @property
     def awaiting_windows(self) -> bool:
-        """A request was accepted and its window not answered ``done`` yet: whoever asked
-        waits for that answer (the end of a session waits for the window's upload, bounded,
-        before :meth:`close`)."""
+        """A request was accepted and its window not answered ``done`` yet (the end of a
+        session waits for the window's upload, bounded, before :meth:`close`)."""
         return bool(self._accepted)
 
     def _pending(self) -> bool:
@@ -478,7 +471,7 @@ class OnDemand:
             return
         import mlflow
 
-        from neuron_mlflow.sinks.reachability import bounded_http, check_reachable
+        from neuron_mlflow.sinks.reachability import bounded_http, check_reachable, forget
 
         uri = self._tracking_uri or mlflow.get_tracking_uri()
         try:
@@ -525,8 +518,6 @@ class OnDemand:
                     self._outbox.extendleft(reversed(statuses))  # sent at the next poll
                     raise
         except Exception as exc:
-            from neuron_mlflow.sinks.reachability import forget
-
             forget(uri)  # the next poll checks the server again (short, then backs off)
             log.debug("neuron-mlflow: capture poll of run %s failed: %s", run_id, exc)
 
@@ -534,10 +525,9 @@ class OnDemand:
 def start_for_stage(
     windows: Any, *, rank: int, world_size: int, run_id: str | None, tracking_uri: str | None
 ) -> OnDemand | None:
-    """The watcher of a front end's stage (:class:`~neuron_mlflow.engine.stages.StageWindows`:
-    the first profiled stage of an :class:`~neuron_mlflow.engine.attach.Attachment`, which
-    the Lightning and Hugging Face callbacks and ``autolog`` share), started; ``None`` when
-    nothing is asked for."""
+    """The watcher of an :class:`~neuron_mlflow.engine.attach.Attachment`'s first profiled
+    stage (:class:`~neuron_mlflow.engine.stages.StageWindows`), started; ``None`` when nothing
+    is asked for."""
     return OnDemand(
         windows.config,
         windows.prefix,
