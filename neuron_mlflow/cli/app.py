@@ -1,13 +1,8 @@
 """The ``neuron-mlflow`` command line: a thin shell over library functions.
 
-Verbs (docs/cli.md): ``sync``, ``compare``, ``download``, ``summarize``, ``ingest`` here;
-``capture`` (:mod:`neuron_mlflow.cli.capture`) and ``run`` (:mod:`neuron_mlflow.cli.run`) have
-exit codes of their own. Exit codes: 0 success, 1 failure (a window could not be uploaded; a
-regression above ``--fail-above``; the tracking server cannot be reached, or MLflow fails), 2
-bad usage, 3 ``compare --fail-above``: insufficient data to decide (unless
-``--allow-insufficient``). Verbs that read MLflow check first that the tracking server answers
-and bound MLflow's HTTP retries, so a server that is down is one line and exit 1 at once.
-Results go to stdout, diagnostics to stderr.
+The verbs ``sync``, ``compare``, ``download``, ``summarize`` and ``ingest``; ``capture`` and
+``run`` have modules of their own. Their options and exit codes: docs/cli.md. Results go to
+stdout, diagnostics to stderr.
 
 Example:
     >>> import tempfile
@@ -58,10 +53,9 @@ def mlflow_failed(verb: str, exc: Exception) -> int:
 
 def reading_mlflow(verb: str, body: Callable[[Any], int], bounded: bool = True) -> int:
     """``body(MlflowClient())``, the work of a verb that reads MLflow, with MLflow's INFO lines
-    ("Creating initial MLflow database tables") off unless ``MLFLOW_LOGGING_LEVEL`` (MLflow's
-    own switch) is set and, if ``bounded``, its HTTP retries bounded. A tracking server that
-    does not answer (a check of a few seconds at most, cached) or an MLflow failure is one
-    line and exit 1; an unknown run or window, one line and exit 2."""
+    off unless ``MLFLOW_LOGGING_LEVEL`` is set and, if ``bounded``, its HTTP retries bounded. A
+    tracking server that does not answer or an MLflow failure is one line and exit 1; an
+    unknown run or window, one line and exit 2."""
     import logging
 
     import mlflow
@@ -272,12 +266,10 @@ def _ingest(args: argparse.Namespace) -> int:
     local_dir = Path(args.local_dir or ProfilerConfig().local_dir)
     paths = [Path(p) for p in args.paths]
     for path in paths:  # (a folder is searched for traces by ingest)
-        problem = None if path.is_dir() else _not_a_trace(path)
-        if problem is not None:
+        if not path.is_dir() and (problem := _not_a_trace(path)):
             return fail("ingest", problem, EXIT_USAGE)
     where = "--local-dir" if args.local_dir else "the spool folder (local_dir)"
-    problem = folder_problem(where, local_dir)  # before any run is made
-    if problem is not None:
+    if problem := folder_problem(where, local_dir):  # before any run is made
         return fail("ingest", problem, EXIT_USAGE)
     try:
         ProfilerConfig(metric_prefix=args.prefix)
@@ -303,10 +295,9 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    problem = folder_problem("--dest", Path(args.dest))
-    if problem is not None:
+    if problem := folder_problem("--dest", Path(args.dest)):
         return fail("download", problem, EXIT_USAGE)
-    # download_window bounds its own calls: the --open command gets the user's environment
+    # print_download bounds its own calls: the --open command gets the user's environment
     return reading_mlflow("download", lambda client: _fetch(client, args), bounded=False)
 
 
@@ -511,8 +502,7 @@ def _bad_compare_options(args: argparse.Namespace) -> str | None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    bad = _bad_compare_options(args)
-    if bad:
+    if bad := _bad_compare_options(args):
         return fail("compare", bad, EXIT_USAGE)
     return reading_mlflow("compare", lambda client: _compare_runs(args, client))
 
@@ -671,7 +661,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ingest": _ingest,
     }
     return verbs[args.verb](args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
