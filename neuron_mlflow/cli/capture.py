@@ -1,13 +1,8 @@
 """``neuron-mlflow capture RUN_ID``: ask a running job for a window, and wait for it.
 
 The request is the run tag ``neuron_mlflow.capture.request``, read by the job within its
-``poll_s`` (:mod:`neuron_mlflow.engine.capture_requests`; docs/on-demand.md); it starts on
-:func:`start_step` unless ``--at-step`` says otherwise.
-
-Exit codes: 0 the request is written (with ``--wait``: every rank's window is in the run),
-1 MLflow failed (or cannot be reached) or a window failed, 2 bad usage (unknown run, bad
-numbers, a run that is not running: :func:`not_running`), 3 refused by a rank (the reason is
-printed), 4 ``--wait`` timed out (what each rank last said is printed).
+``poll_s`` (:mod:`neuron_mlflow.engine.capture_requests`); it starts on :func:`start_step`
+unless ``--at-step`` says otherwise. The protocol and the exit codes: docs/on-demand.md.
 """
 
 from __future__ import annotations
