@@ -74,13 +74,8 @@ def _ranks(results: list[tuple[Path, TraceResult]]) -> dict[int, tuple[Path, Tra
 def spool_traces(
     paths: list[Path], prefix: str, local_dir: Path, top_k: int = 20
 ) -> tuple[WindowRecord, dict[int, tuple[Path, TraceResult]]]:
-    """Summarise the traces and write one window into the spool (pending upload).
-
-    The lowest rank's summary gives the window's metrics; every rank gets
-    ``P/rank/<r>/device_time_us`` (or ``cpu_time_us``) and ``P/rank/<r>/wall_time_us``;
-    ``P/device_busy_pct`` when there is device time. The files are copied unchanged under
-    ``traces/rank_<r>/``.
-    """
+    """Summarise the traces and write one window into the spool (pending upload); its
+    metrics and files: docs/cli.md, ``ingest``."""
     ranks = _ranks([(path, summarize_trace(path)) for path in paths])
     main_rank = next(iter(ranks))
     main = ranks[main_rank][1]
@@ -134,13 +129,9 @@ def ingest(
     experiment: str | None = None,
     prefix: str = "profile",
     local_dir: Path = Path("neuron_mlflow_traces"),
-    top_k: int = 20,
 ) -> tuple[str, WindowRecord, dict[int, tuple[Path, TraceResult]]]:
-    """Spool the traces as one window and log it into ``run_id`` (or a new run).
-
-    The window is written to the spool first (the trace files copied), so it survives an
-    unreachable server; once MLflow confirmed it, the spool's copy of the traces leaves, as
-    a live window's does (the files given are never touched).
+    """Spool the traces as one window and log it into ``run_id`` (or a new run); the files
+    given are never touched (the spool's copy of them leaves once MLflow confirmed them).
 
     Raises:
         IngestError: no traces, or ``run_id`` does not exist.
@@ -163,7 +154,7 @@ def ingest(
             f"run {run_id!r} was not found at {sink.tracking_uri}; pass the id of an "
             "existing run, or leave --run-id out to create a new run"
         )
-    record, ranks = spool_traces(files, prefix, local_dir, top_k)
+    record, ranks = spool_traces(files, prefix, local_dir)
     try:  # claimed until uploaded: a `sync` running meanwhile leaves it alone
         if run_id is not None:
             record.update(run_id=run_id)  # sync logs into it when the server is back
