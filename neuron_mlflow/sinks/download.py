@@ -1,6 +1,5 @@
-"""Fetch a window's traces from MLflow and say how to open them: the ``neuron-explorer``
-commands for a Neuron window (per rank, all ranks, device-only ``.neff`` + ``.ntff`` pairs:
-docs/neuron.md, "Open a window in Neuron Explorer"), Perfetto for torch traces.
+"""Fetch a window's traces from MLflow and say how to open them: ``neuron-explorer`` for a
+Neuron window (docs/neuron.md, "Open a window in Neuron Explorer"), Perfetto for torch traces.
 
 Example:
     >>> viewer_commands(Path("/nowhere"))
@@ -187,9 +186,9 @@ def print_download(
         The exit code of the command that ran (0 when none ran).
 
     Raises:
-        DownloadError: the run or window does not exist, the window has no traces, or
-            ``dest`` cannot be made.
+        DownloadError: the run or window does not exist, or the window has no traces.
         MlflowException: MLflow failed otherwise.
+        OSError: writing under ``dest`` failed (the CLI checks first that it can be made).
     """
     from neuron_mlflow.sinks.profiles import existing_run, quiet_downloads
     from neuron_mlflow.sinks.reachability import bounded_http
@@ -207,11 +206,7 @@ def print_download(
             raise DownloadError(
                 f"window {chosen!r} has no traces (logged with upload_traces=False?)"
             )
-        try:
-            dest.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a file, or a path under one; no permission; /proc
-            why = "it is a file" if dest.exists() else (exc.strerror or type(exc).__name__)
-            raise DownloadError(f"cannot make the folder {dest} ({why})") from exc
+        dest.mkdir(parents=True, exist_ok=True)
         local = Path(client.download_artifacts(run_id, f"{chosen}/traces", str(dest)))
     window_name = chosen.rsplit("/", 1)[-1]
     commands = viewer_commands(local, label=f"{run_id}/{window_name}")
