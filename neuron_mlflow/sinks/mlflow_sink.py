@@ -1,13 +1,6 @@
-"""The MLflow sink: choose a window's run and upload the window (``sync``: :mod:`.pending`).
-
-Which run a window goes into is decided here, in one place (:meth:`MlflowSink.run_for`): the
-run the training thread knew (the active MLflow run, the session's ``run_id``), else its
-job's run (every rank's windows of one job, by the job's id), else a run made for its group
-(its original run, else its session), found again by a later ``sync``.
-
-Everything goes through :class:`mlflow.MlflowClient`, exactly once per value
-(:mod:`neuron_mlflow.sinks.delivery`), with MLflow's HTTP timeout and retries bounded
-(:func:`~neuron_mlflow.sinks.reachability.bounded_http`).
+"""The MLflow sink: choose a window's run, in one place (:meth:`MlflowSink.run_for`), and
+upload the window through :class:`mlflow.MlflowClient`, exactly once per value
+(:mod:`neuron_mlflow.sinks.delivery`), with MLflow's HTTP retries bounded.
 
 Example:
     >>> import tempfile, mlflow

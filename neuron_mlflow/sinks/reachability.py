@@ -1,17 +1,11 @@
 """Is the tracking server there? A short, cached check, and bounded MLflow HTTP calls.
 
-For an HTTP(S) tracking URI the check is a ``GET <uri>/health`` with a short timeout: a plain
-TCP connect is not enough (a proxy can accept the connection and answer 503, or never answer).
-For a SQLite store it opens the database file, for a file store it looks at the folder, for a
-SQLAlchemy database URI it connects with a connect timeout; other stores are assumed reachable.
-
-The answer is cached per process and tracking URI: a success for :data:`OK_TTL_S` seconds, a
-failure for a back-off that doubles with each failed check (from :data:`FIRST_BACKOFF_S` up to
-:data:`MAX_BACKOFF_S`), so a sick server costs one short check now and then, never a stall.
-
-MLflow's own client retries a failing HTTP call for minutes (``MLFLOW_HTTP_REQUEST_TIMEOUT``
-120 s, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` 7 with exponential back-off); :func:`bounded_http`
-lowers those for our calls.
+For an HTTP(S) tracking URI the check is ``GET <uri>/health``: a plain TCP connect is not
+enough (a proxy can accept the connection and answer 503, or never answer). SQLite, file and
+SQLAlchemy database stores get a check of their own; other stores are assumed reachable. The
+answer is cached per process and URI, a failure for a back-off that doubles, so a sick server
+costs one short check now and then, never a stall (the numbers: docs/spool.md). MLflow's own
+client retries a failing call for minutes; :func:`bounded_http` lowers that for our calls.
 
 Example:
     >>> import tempfile
