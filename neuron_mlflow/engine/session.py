@@ -166,7 +166,7 @@ class ProfilingSession:
         self._metric_step = metric_step
         self.skip_windows = skip_windows if skip_windows is not None else set()
         self._requested: list[tuple[Window, str]] = []
-        self._requested_ever: list[Window] = []
+        self._requested_count = 0
         self._spool = Spool(Path(config.local_dir).absolute())
         self._session_dir: Path | None = None
         self._capture: LiveWindow | None = None
@@ -251,7 +251,7 @@ class ProfilingSession:
         if begin < self.step_num:
             raise WindowRequestRefused(f"step {begin} is past (the next step is {self.step_num})")
         window = Window(
-            REQUESTED_BASE + len(self._requested_ever), begin, begin + warmup,
+            REQUESTED_BASE + self._requested_count, begin, begin + warmup,
             begin + warmup + steps - 1,
         )  # fmt: skip
         for other, _ in self._requested:
@@ -268,7 +268,7 @@ class ProfilingSession:
                     f"steps {scheduled.start}-{scheduled.last}"
                 )
         self._requested.append((window, reason))
-        self._requested_ever.append(window)
+        self._requested_count += 1
         if self._capture is None:
             self._next_start = self._next_after(self.step_num)
         return window
