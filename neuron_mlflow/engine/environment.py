@@ -30,14 +30,17 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def rank_and_world_size() -> tuple[int, int]:
-    """Global rank and world size: from ``torch.distributed`` when initialised, else the
-    ``RANK`` / ``WORLD_SIZE`` environment variables of torchrun, else ``(0, 1)``.
+def rank_and_world_size(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """Global rank and world size: as given when both are, else from ``torch.distributed``
+    when initialised, else the ``RANK`` / ``WORLD_SIZE`` environment variables of torchrun,
+    else ``(0, 1)``.
 
     Example:
-        >>> rank_and_world_size()
-        (0, 1)
+        >>> rank_and_world_size(), rank_and_world_size(1, 2)
+        ((0, 1), (1, 2))
     """
+    if rank is not None and world_size is not None:
+        return rank, world_size
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuron_mlflow.config import ProfilerConfig
+from neuron_mlflow.engine.environment import rank_and_world_size
 
 JOB_ID_ENV = "NEURON_MLFLOW_JOB_ID"
 """The job id every process of a job shares, when a launcher (``neuron-mlflow run``) set it."""
@@ -132,10 +133,7 @@ class Options:
                 it, a job of several processes shares only what the environment gives
                 (``MLFLOW_RUN_ID``, ``NEURON_MLFLOW_JOB_ID``).
         """
-        if rank is None or world_size is None:
-            from neuron_mlflow.engine.environment import rank_and_world_size
-
-            rank, world_size = rank_and_world_size()
+        rank, world_size = rank_and_world_size(rank, world_size)
         shared = broadcast if broadcast is not None and world_size > 1 else None
         job_id = os.environ.get(JOB_ID_ENV) or None
         if job_id is None:

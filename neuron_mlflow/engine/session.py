@@ -201,7 +201,7 @@ class ProfilingSession:
 
     def _start_watch(self, run: Callable[[], str | None]) -> OnDemand | None:
         """Capture requests and the slow-step trigger on this session's own steps."""
-        rank, world_size = self._rank()
+        rank, world_size = rank_and_world_size(self.options.rank, self.options.world_size)
         return OnDemand(
             self.config,
             self.prefix,
@@ -506,12 +506,6 @@ class ProfilingSession:
         with suppress(Exception):
             self._release_stopped()
 
-    def _rank(self) -> tuple[int, int]:
-        rank, world_size = self.options.rank, self.options.world_size
-        if rank is None or world_size is None:
-            return rank_and_world_size()
-        return rank, world_size
-
     def _release_stopped(self) -> None:
         """Free the last window's stopped profiler (:meth:`LiveWindow.release`) where a step
         can afford it: when a window opens, before its profiler starts, and at close."""
@@ -544,7 +538,8 @@ class ProfilingSession:
         if self._session_dir is None:
             self._session_dir = self._spool.new_session_dir()
         staging = Spool.capture_dir(self._session_dir, window.index, self.prefix)
-        trace_dir = staging / "artifacts" / trace_folder(self._rank()[0])
+        rank = rank_and_world_size(self.options.rank, self.options.world_size)[0]
+        trace_dir = staging / "artifacts" / trace_folder(rank)
         capture = LiveWindow(window, self.backend, self.config, staging, trace_dir)
         capture.host_load = sample_host_load()
         capture.reason = reason
@@ -567,7 +562,7 @@ class ProfilingSession:
         made once."""
         if self._base is None:
             assert self._session_dir is not None
-            rank, world_size = self._rank()
+            rank, world_size = rank_and_world_size(self.options.rank, self.options.world_size)
             self._base = session_record(
                 self.config, self.backend, self.prefix, self._session_dir.name, rank=rank,
                 world_size=world_size, traces_only=self.options.traces_only,
