@@ -57,12 +57,12 @@ class Options:
         capture_ranks: the global ranks that capture (``None``: every rank).
         tracking_uri: the tracking server; ``None`` means what MLflow resolves at upload.
         run_id: the run windows go to when no MLflow run is active on the training thread.
-        follow_active_run: ``False`` ignores an active MLflow run (``run_id`` decides).
         job_id: the job's id, the same on every rank (an offline job's ranks sync into one
             run).
-        attached: a front end (:class:`~neuron_mlflow.engine.attach.Attachment`) runs the
-            system metrics and the capture-request watcher for the whole job, and each rank
-            logs its own times as ``P/rank/<r>/...``; else each session runs its own.
+        attached: a front end (:class:`~neuron_mlflow.engine.attach.Attachment`) decided the
+            run at set-up (an active MLflow run is not followed) and runs the system metrics
+            and the capture-request watcher for the whole job, and each rank logs its own
+            times as ``P/rank/<r>/...``; else each session runs its own.
 
     See the module docstring for an example.
     """
@@ -73,7 +73,6 @@ class Options:
     capture_ranks: frozenset[int] | None = None
     tracking_uri: str | None = None
     run_id: str | None = None
-    follow_active_run: bool = True
     job_id: str | None = None
     attached: bool = False
 
@@ -94,11 +93,11 @@ class Options:
 
     def active_run(self) -> str | None:
         """The MLflow run active on the calling thread (call it on the training thread:
-        MLflow's active run is per thread); ``None`` when ``follow_active_run`` is off.
+        MLflow's active run is per thread); ``None`` for an ``attached`` front end.
 
         Cheap when the user never imported MLflow: then no run can be active.
         """
-        if not self.follow_active_run or "mlflow" not in sys.modules:
+        if self.attached or "mlflow" not in sys.modules:
             return None
         import mlflow
 
@@ -157,7 +156,6 @@ class Options:
             capture_ranks=ranks,
             tracking_uri=uri,
             run_id=run_id,
-            follow_active_run=False,
             job_id=job_id,
             attached=True,
         )

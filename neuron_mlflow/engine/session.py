@@ -136,11 +136,11 @@ class ProfilingSession:
     Raises:
         BackendUnavailableError: the configured backend cannot run here.
 
-    The run of a window is the MLflow run active when the window ended (unless
-    ``options.follow_active_run`` is off), else ``options.run_id``, else a run this session
-    creates once and reuses for later windows. A session of an attached front end
-    (``options.attached``) leaves the system metrics and capture requests to it and logs
-    this rank's own times as ``P/rank/<r>/...``; any other session runs its own.
+    The run of a window is the MLflow run active when the window ended, else
+    ``options.run_id``, else a run this session creates once and reuses for later windows. A
+    session of an attached front end (``options.attached``) follows no active run, leaves
+    the system metrics and capture requests to it and logs this rank's own times as
+    ``P/rank/<r>/...``; any other session runs its own.
     """
 
     def __init__(
