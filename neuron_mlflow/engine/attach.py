@@ -91,7 +91,6 @@ class Attachment:
         self.profiled = {s: w if s in self.stages else None for s, w in self.windows.items()}
         """The windows of the profiled stages (``None`` for the others): a step hook's test."""
         self._worker: WorkerClient | None = None
-        self._run: str | None = None  # the run Options.resolve opened for us: ended by end()
         self._system: SystemMetrics | None = None
         self.guard = Guard(config.strict, self.turn_off)
         """Runs a hook's body: a failure of ours is one report (:mod:`~neuron_mlflow.engine.
@@ -125,7 +124,6 @@ class Attachment:
                 self.config, ranks=self.ranks, rank=rank, world_size=world_size, run=run,
                 broadcast=broadcast,
             )  # fmt: skip
-            self._run = self.options.run_id  # (end_run ends it only if open_run made it)
         options = self.options
         if options.captures and self._worker is None:
             self._worker = WorkerClient(Path(self.config.local_dir).absolute())
@@ -208,8 +206,7 @@ class Attachment:
         if self._system is not None:
             system, self._system = self._system, None
             self.guard(system.stop)
-        run, self._run = self._run, None
-        end_run(run, exc)  # (never raises)
+        end_run(self.run_id, exc)  # only a run open_run made, once; never raises
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """See :meth:`AttachedFrontEnd.wait`."""
