@@ -81,10 +81,6 @@ class LiveWindow:
     interference: list[list[float | int | None]] = field(default_factory=list)
     """Per recorded step ``[cpu_wait_us, switches]``, also in the trace's metadata."""
 
-    def begin_step(self) -> None:
-        """A step begins: read the interference counters (a window's steps only)."""
-        self.step_start = self.probe.sample()
-
     def record_step(self, step: int, started_ns: int) -> None:
         """Count ``step`` as recorded, with its wall time since ``started_ns``."""
         self.wall_ns += time.perf_counter_ns() - started_ns

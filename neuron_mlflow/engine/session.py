@@ -377,7 +377,7 @@ class ProfilingSession:
             self._open_window()
         capture = self._capture
         if capture is not None:
-            capture.begin_step()  # interference counters, read outside the step's range
+            capture.step_start = capture.probe.sample()  # interference, outside the step's range
             if call_name is not None:
                 self.guarded(capture.enter_marker, CALL_MARKER_PREFIX + call_name)
         self._step_started_ns = time.perf_counter_ns()
