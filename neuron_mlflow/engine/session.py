@@ -1,10 +1,7 @@
-"""The engine: one profiling session drives capture, summary, spool and upload.
+"""The profiling session: a front end's steps, a window's capture, its hand-off to the worker.
 
-Front ends only say when a step begins and ends; outside a window a step costs a counter
-increment and one comparison. The step that ends a window stops the profiler and queues
-the window's one record (:mod:`neuron_mlflow.engine.finish`); the worker process
-(:mod:`neuron_mlflow.engine.worker`) does the rest. ``summary``, ``records`` and ``run_id``
-read what it finished, and wait for it only when called.
+Outside a window a step costs a counter and one comparison; ``summary``, ``records`` and
+``run_id`` wait only when called. A window's path: docs/ARCHITECTURE.md.
 
 Example:
     >>> import tempfile, torch
@@ -107,8 +104,7 @@ class _Handed:
 
 
 def _last_run(handed: list[_Handed]) -> str | None:
-    """The run of the last handed window whose record names one (the worker writes the run
-    it chose there), read now without waiting."""
+    """The run the worker wrote into the last handed record that names one (no wait)."""
     for one in reversed(handed):
         try:
             run_id = WindowRecord.load(one.path).window.run_id
@@ -156,8 +152,7 @@ class ProfilingSession:
             options = Options(options)
         self.options = options
         config = self.config = options.config
-        # our own code, and a front end's calls into the engine, run in the guard: a failure
-        # becomes one report and turns profiling off (`disabled`), unless config.strict
+        # our code runs in the guard: a failure is one report and turns profiling off
         self.guarded = Guard(config.strict, self.turn_off)
         self.prefix = prefix or config.metric_prefix
         self.backend = resolve_backend(config.backend, config)
@@ -558,8 +553,7 @@ class ProfilingSession:
             signals.install()  # SIGTERM keeps the open window
 
     def _session_record(self) -> Record:
-        """What every window's record of this session holds (:func:`finish.session_record`),
-        made once."""
+        """Every window's common part (:func:`finish.session_record`), made once."""
         if self._base is None:
             assert self._session_dir is not None
             rank, world_size = rank_and_world_size(self.options.rank, self.options.world_size)
@@ -573,12 +567,9 @@ class ProfilingSession:
     def _finish_window(
         self, cut_short: bool = True, error: str | None = None
     ) -> WindowRecord | None:
-        """Stop the profiler here (the trace is written), write the window's one record and
-        queue it for the worker process, which puts the window in place: all the training
-        thread does. A window ``cut_short`` (partial: the user's exception ``error``, which
-        makes it incomplete, a stage's end, a signal: the process may end next) is put in
-        place here first, the same way (:meth:`Spool.place`). Returns the window's record
-        (its ``path`` is where it is, or will be, in place)."""
+        """Stop the profiler, write the window's record and queue it for the worker; a window
+        ``cut_short`` (partial; incomplete given the user's ``error``) is put in place here
+        first, as the process may end next. Returns its record (``path``: where it goes)."""
         capture = self._capture
         if capture is None:
             return None
