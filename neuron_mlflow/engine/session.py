@@ -43,7 +43,7 @@ from neuron_mlflow.engine.host_load import sample_host_load
 from neuron_mlflow.engine.options import Options
 from neuron_mlflow.engine.system_metrics import SystemMetrics, start_system_metrics
 from neuron_mlflow.engine.worker import WorkerClient, queued_place
-from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
+from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning, WindowRequestRefused
 from neuron_mlflow.naming import CALL_MARKER_PREFIX, trace_folder
 from neuron_mlflow.schedule import (
     Action,
@@ -228,8 +228,6 @@ class ProfilingSession:
                 one that is open, scheduled or requested (one window at a time); the
                 message says which.
         """
-        from neuron_mlflow.errors import WindowRequestRefused
-
         if self._closed or self.disabled:
             raise WindowRequestRefused("profiling is off in this process")
         if steps < 1 or warmup < 0:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.errors import ConfigError
+from neuron_mlflow.errors import ConfigError, WindowRequestRefused
 from neuron_mlflow.schedule import Window, next_window_start, window_at
 
 if TYPE_CHECKING:
@@ -124,8 +124,6 @@ class StageWindows:
         Raises:
             WindowRequestRefused: this rank does not capture, or the session refused it.
         """
-        from neuron_mlflow.errors import WindowRequestRefused
-
         if self.session is None:
             self.session = self._open_session()
         if self.session is None:
