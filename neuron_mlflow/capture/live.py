@@ -1,9 +1,7 @@
 """One live window: the ``torch.profiler`` capture of the steps of one scheduled window.
 
-The profiler starts when the window's warm-up begins, with a schedule that mirrors
-:mod:`neuron_mlflow.schedule` for just this window. When torch finishes the window it calls
-``on_trace_ready``: the backend writes its trace into the window's staging folder, which is
-all that the summary and the upload need later, off the training thread.
+Its schedule mirrors :mod:`neuron_mlflow.schedule` for just this window; at its end the
+backend writes the trace into the window's staging folder (``on_trace_ready``).
 
 Example:
     >>> import tempfile, time, torch

@@ -1,10 +1,7 @@
 """Window bookkeeping for a front end that drives a session step by step, stage by stage.
 
-A front end (the Lightning or Hugging Face callback, ``autolog``) says when a step begins and
-ends; :class:`StageWindows` keeps the rest for one stage: which step is open, which windows are
-done (saved in checkpoints), the first step that can touch a window (hooks before it return at
-once) and the plan check. When a window ends nothing waits and no rank meets another: each
-rank's worker logs its own times. Nothing here imports a training framework.
+:class:`StageWindows` keeps one stage's open step, its done windows (saved in checkpoints),
+the first step that can touch a window (hooks before it return at once) and the plan check.
 
 Example:
     >>> import tempfile
@@ -138,9 +135,8 @@ class StageWindows:
         return window
 
     def _first_start(self, step: int) -> float:
-        """The first step from ``step`` that can touch a window: the schedule's next start
-        (a done window's too: its end marks it done on every rank), or the session's next
-        window (requested or open, :attr:`ProfilingSession.next_window_step`) if sooner."""
+        """The first step from ``step`` that can touch a window: the schedule's next start (a
+        done window's too: its end marks it done on every rank), or the session's if sooner."""
         first = next_window_start(self.config.schedule, step)
         session = self.session
         own = None if session is None else session.next_window_step
