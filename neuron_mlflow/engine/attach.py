@@ -1,14 +1,8 @@
 """A training framework's profiling, whole: what every step-driven front end shares.
 
-A front end of a training framework (the Lightning callback, the Hugging Face callback, the
-optimizer-step hook of ``autolog``) is its framework's hooks plus a few calls into one
-:class:`Attachment`: :meth:`~Attachment.start` when the framework's loop is set up (the
-:class:`~neuron_mlflow.engine.options.Options` of this process, the worker, the system
-metrics), the stages' :class:`~neuron_mlflow.engine.stages.StageWindows` in the step hooks,
-:meth:`~Attachment.start_watch` when the loop starts (capture requests, the slow-step
-trigger) and :meth:`~Attachment.end` when the loop ends or raised: after it nothing of ours
-runs in the process (no thread, no signal handler) and the worker finishes the uploads;
-:meth:`~Attachment.wait` waits for them.
+A front end is its framework's hooks plus calls into one :class:`Attachment`: ``start`` when
+the loop is set up, the stages' :class:`~neuron_mlflow.engine.stages.StageWindows` in the step
+hooks, ``start_watch`` when the loop starts, ``end`` when it ends or raised, and ``wait``.
 
 Example:
     >>> import tempfile, torch
@@ -187,9 +181,9 @@ class Attachment:
         incomplete): hand what is left to the worker process and stop what was started (the
         sessions, the capture-request watcher and its signal handler, the worker registration,
         the system metrics); a run made for it ends, ``FAILED`` given ``exc``, else
-        ``FINISHED``. Nothing waits for the uploads (:meth:`wait`
-        does), except for a window asked for on demand whose asker waits for its ``done``
-        answer (at most ``upload_timeout_s``). Idempotent."""
+        ``FINISHED``. Nothing waits for the uploads (:meth:`wait` does), except for a window
+        asked for on demand whose asker waits for its ``done`` answer (at most
+        ``upload_timeout_s``). Idempotent."""
         for windows in self.windows.values():
             if exc is not None:
                 self.guard(windows.abort, exc)
