@@ -500,8 +500,7 @@ class ProfilingSession:
             self._release_stopped()
 
     def _release_stopped(self) -> None:
-        """Free the last window's stopped profiler (:meth:`LiveWindow.release`) where a step
-        can afford it: when a window opens, before its profiler starts, and at close."""
+        """Free the last window's stopped profiler (:meth:`LiveWindow.release`)."""
         stopped, self._stopped = self._stopped, None
         if stopped is not None:
             self.guarded(stopped.release)
