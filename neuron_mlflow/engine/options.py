@@ -33,6 +33,7 @@ from typing import Any
 
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.environment import rank_and_world_size
+from neuron_mlflow.engine.runs import open_run
 
 JOB_ID_ENV = "NEURON_MLFLOW_JOB_ID"
 """The job id every process of a job shares, when a launcher (``neuron-mlflow run``) set it."""
@@ -143,8 +144,6 @@ class Options:
         if run_id is not None:
             uri = os.environ.get("MLFLOW_TRACKING_URI") or None
         else:
-            from neuron_mlflow.engine.runs import open_run
-
             mine_run = (run or open_run(config)) if rank == 0 else None
             if shared is not None:
                 mine_run = shared(mine_run)
