@@ -124,9 +124,8 @@ class Attachment:
             with contextlib.suppress(Exception):  # early is a bonus: a window starts it too
                 self._worker.ensure_running()
         if self._system is None and options.run_id is not None:
-            run_id = options.run_id
             self._system = start_system_metrics(
-                self.config, self.backend_name, lambda: run_id, options.tracking_uri
+                self.config, self.backend_name, lambda: options.run_id, options.tracking_uri
             )
 
     def _session(self, stage: str) -> ProfilingSession | None:
