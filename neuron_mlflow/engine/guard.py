@@ -8,7 +8,7 @@ Example:
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     guarded(False, int, "not a number") is None
+    ...     Guard(False)(int, "not a number") is None
     True
     >>> caught[0].category.__name__
     'NeuronMlflowWarning'
@@ -90,8 +90,3 @@ class Guard:
                 "the profiled code goes on"
             )
             return None
-
-
-def guarded(strict: bool, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
-    """Call ``fn(*args, **kwargs)`` in a :class:`Guard` (typed: mypy checks the call)."""
-    return Guard(strict)(fn, *args, **kwargs)

@@ -31,7 +31,7 @@ import msgspec
 from neuron_mlflow.capture.backends import BACKENDS
 from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
-from neuron_mlflow.engine.guard import guarded
+from neuron_mlflow.engine.guard import Guard
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
 from neuron_mlflow.naming import (
     DEVICE_TIME_SOURCE_TAG,
@@ -149,10 +149,9 @@ def summarise_window(record: WindowRecord) -> OpSummary:
     busy, extra = stats.device_busy_pct, {}
     here, there = socket.gethostname(), window.tags.get(f"{TAG_PREFIX}host")
     if there in (None, here):  # Explorer, the chip's peak and core count: this host's
-        found = guarded(
-            config.strict, backend.analyze_window, window.prefix, summary, trace_dir,
-            record.artifacts_dir, stats,
-        )  # fmt: skip
+        found = Guard(config.strict)(
+            backend.analyze_window, window.prefix, summary, trace_dir, record.artifacts_dir, stats
+        )
         if found is not None:  # a failure never fails the window
             summary = found.summary
             extra.update(found.metrics)
@@ -216,6 +215,6 @@ def write_files(
         files["config.json"] = json.dumps(document["config"], indent=2, sort_keys=True, default=str)
     for name, text in files.items():
         (artifacts / name).write_text(text, encoding="utf-8")
-    samples = guarded(False, write_step_samples, artifacts, artifacts / "traces", top_k)
+    samples = Guard(False)(write_step_samples, artifacts, artifacts / "traces", top_k)
     summary.extra.update(samples or {})
-    guarded(strict, write_window_report, artifacts, summary, record.manifest, window.run_id)
+    Guard(strict)(write_window_report, artifacts, summary, record.manifest, window.run_id)
