@@ -45,7 +45,8 @@ _TAGS = (
 
 
 def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
-    """The report's header from a window's manifest: backend, device, window, ids, versions.
+    """The report's header from a window's manifest: backend, device, window, ids, versions
+    (``None`` where unknown).
 
     Args:
         manifest: the window's manifest (``tags``, ``window``, ``artifact_path``, ``run_id``).
@@ -61,7 +62,7 @@ def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict[s
     header.update({k: tags.get(tag) for k, tag in _TAGS[2:]})
     header["neuron-mlflow"] = tags.get(run_tag("version"))
     header["torch"] = tags.get(run_tag("torch_version"))
-    return {k: v for k, v in header.items() if v not in (None, "")}
+    return header  # render_report leaves out the empty values
 
 
 def write_window_report(

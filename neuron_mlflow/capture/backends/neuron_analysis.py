@@ -153,7 +153,7 @@ def analyze_window(
         memory_pct=max(memory) if memory else None,
     )
     flops = {op.name: op.flops for op in summary.ops if op.flops}
-    document = verdict_document(summary, inputs, top=5, flops_by_op=flops)
+    document = verdict_document(summary, inputs, flops_by_op=flops)
     if document["window"]:
         analysis.tags[f"neuron_mlflow.verdict/{prefix}"] = document["window"]
     extra = {**summary.extra, VERDICT_KEY: document, NOTES_KEY: list(analysis.notes)}
