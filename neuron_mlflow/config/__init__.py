@@ -1,10 +1,7 @@
 """Configuration: :class:`ProfilerConfig` and its nested models.
 
-One nested pydantic model describes a profiling set-up. It is read, highest precedence
-first, from keyword arguments, from environment variables ``NEURON_MLFLOW_<FIELD>`` (nested
-fields joined with ``__``, e.g. ``NEURON_MLFLOW_SCHEDULE__ACTIVE=5``), from the YAML file
-named by ``NEURON_MLFLOW_CONFIG``, and from the defaults below. Every invalid value raises
-:class:`~neuron_mlflow.errors.ConfigError` naming the field, the value and what is allowed.
+The fields, their sources and precedence are in docs/configuration.md. Every invalid value
+raises :class:`~neuron_mlflow.errors.ConfigError` naming the field, the value and what is allowed.
 
 Example:
     >>> from neuron_mlflow import ProfilerConfig, Schedule
@@ -43,9 +40,8 @@ ENV_PREFIX = "NEURON_MLFLOW_"
 
 
 def config_file_problem(path: str | Path, named_by: str = CONFIG_FILE_ENV) -> str | None:
-    """Why ``path`` cannot be the YAML file of ``ProfilerConfig`` fields, in one line naming
-    where the path came from (``named_by``: the variable, or an option such as ``--config``
-    of a command that passes it on); None when it is a file.
+    """Why ``path`` cannot be the YAML file of ``ProfilerConfig`` fields (one line naming
+    ``named_by``, the variable or an option such as ``--config``); None when it is a file.
 
     Example:
         >>> print(config_file_problem("/nowhere/p.yaml", "--config").split(";")[0])
@@ -106,11 +102,8 @@ _CORE_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
 class NeuronOptions(_StrictModel):
-    """Options of the Neuron backend (``ProfilerConfig.neuron``), passed to ``NeuronConfig``.
-
-    Only the options the user set reach ``NeuronConfig``, besides ``modes``, the output folder
-    and the two documented ones (docs/neuron.md). ``explorer_summary``, ``system_metrics``
-    and ``monitor_period_s`` say what runs around the capture.
+    """Options of the Neuron backend (``ProfilerConfig.neuron``), passed to ``NeuronConfig``
+    (which of them reach it: docs/neuron.md).
 
     Example:
         >>> NeuronOptions(capture_enabled_for_nc="0,1,2-5").capture_enabled_for_nc
@@ -187,30 +180,21 @@ class ProfilerConfig(BaseSettings):
         top_k: number of operators (by device time, else CPU time) logged as MLflow metrics.
         metric_prefix: ``P`` in every metric name ``P/...``.
         local_dir: the local spool: every window is written here before upload.
-        keep_local: keep a window's trace files in the spool after MLflow confirmed its
-            upload (by default they are removed; the window's manifest always stays).
-        local_max_bytes: cap on the spool's trace files (bytes, or ``"500MB"``, ``"2GiB"``):
-            the oldest uploaded windows' files go first; ``None``: no cap. Nothing that has
-            not been uploaded is ever removed.
+        keep_local: keep a window's trace files in the spool after MLflow confirmed its upload.
+        local_max_bytes: cap on the spool's uploaded trace files (bytes, or ``"500MB"``).
         upload_traces: upload the trace files too (summaries are always uploaded).
         experiment_name: MLflow experiment of a run that neuron-mlflow creates.
         run_name: name of a run that neuron-mlflow creates.
         neuron: Neuron backend options, see :class:`NeuronOptions`.
-        strict: re-raise failures of neuron-mlflow's own profiling/logging code instead of
-            warning (meant for tests; the user's own exceptions always propagate).
-        upload_timeout_s: how long ``wait()`` (the decorator's and the callback's) and the
-            exit of a process with an unclosed profiler wait for the background uploads, and
-            how long the worker goes on after the process ended (``close()`` and the
-            callback's ``teardown`` return at once); what is left stays in the spool for
-            ``neuron-mlflow sync``.
-        poll_s: how often a background thread reads capture requests (the run tag
-            ``neuron_mlflow.capture.request``, the file ``<local_dir>/capture``), answers
-            them and writes the heartbeat; ``0`` turns polling off (docs/on-demand.md).
+        strict: re-raise failures of neuron-mlflow's own code instead of warning (for tests).
+        upload_timeout_s: how long ``wait()`` and a process's exit wait for the uploads.
+        poll_s: how often capture requests are read (docs/on-demand.md); ``0``: off.
         trigger: :class:`~neuron_mlflow.config.triggers.SlowSteps`: take a window when
             steps slow down; ``None``: off.
-        capture_signal: the signal that asks for a window (``SIGUSR2``), installed only
-            where the job has no handler for it; ``None``: off.
+        capture_signal: the signal that asks for a window (``SIGUSR2``); ``None``: off.
         max_request_steps: the most steps (recorded or warm-up) a request may ask for.
+
+    Every field in detail: docs/configuration.md.
 
     Raises:
         ConfigError: a value is invalid; the message names field, value and what is allowed.
@@ -352,11 +336,8 @@ class ProfilerConfig(BaseSettings):
         return flatten(self.model_dump(mode="json"))
 
     def applicable_params(self, backend: str) -> dict[str, str]:
-        """Like :meth:`flat_params`, only the fields that apply to ``backend``'s windows.
-
-        ``backend`` is the name of the backend the window was captured with (``"cpu"``,
-        ``"cuda"``, ``"neuron"``). ``neuron.*`` fields apply only to ``"neuron"``; a field set
-        away from its default is kept wherever it applies, so nothing the user chose is hidden.
+        """Like :meth:`flat_params`, only the fields that apply to ``backend``'s windows
+        (``"cpu"``, ``"cuda"``, ``"neuron"``): ``neuron.*`` only to ``"neuron"``.
 
         Raises:
             ConfigError: ``backend`` is not a backend name (the message names the value).

@@ -1,10 +1,6 @@
 """The configuration as MLflow params, and byte sizes as people write them.
 
-:func:`flatten` turns a dumped config into dotted keys with string values (every field);
-:func:`applicable` keeps the fields that apply to one backend (``neuron.*`` only on a Neuron
-window) plus every field set away from its default, wherever it applies: a CPU run's params
-list what shaped that run, not 27 Neuron options it never used. The whole configuration stays
-in the window's ``config.json`` artifact.
+Which fields a window's params hold: docs/metrics.md.
 
 Example:
     >>> flatten({"schedule": {"active": 3}, "top_k": 20})

@@ -1,8 +1,7 @@
 """Windows the job takes by itself: :class:`SlowSteps` (``ProfilerConfig.trigger``).
 
 The detection runs on the training thread (:mod:`neuron_mlflow.engine.slow_steps`); this
-module only holds the settings, so that they read from keyword arguments, the environment
-(``NEURON_MLFLOW_TRIGGER__FACTOR=1.8``) and YAML like every other field.
+module only holds the settings.
 
 Example:
     >>> SlowSteps().factor, SlowSteps().min_steps
@@ -22,14 +21,7 @@ from neuron_mlflow.config.validation import _StrictModel
 
 
 class SlowSteps(_StrictModel):
-    """Take a window when steps slow down.
-
-    When the median of the last ``min_steps`` step times exceeds ``factor`` x the running
-    median of the last ``baseline_steps`` step times, the next step starts a window (the
-    schedule's ``warmup`` and ``active`` steps; reason ``slow steps: 1.7x median``). At most
-    ``max_windows`` such windows per job, at least ``cooldown_steps`` apart. The trigger is
-    armed once ``baseline_steps`` step times are known; steps inside a window do not count.
-    """
+    """Take a window when steps slow down (the rule: docs/on-demand.md)."""
 
     factor: float = Field(1.5, gt=1.0, le=1000, description="slow = median above factor x baseline")
     baseline_steps: int = Field(

@@ -24,7 +24,6 @@ from neuron_mlflow.errors import ConfigError
 
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the (nested) model reached by following ``loc`` from ``model``."""
     for part in loc:
         field = model.model_fields.get(str(part))
         annotation = getattr(field, "annotation", None)
@@ -65,11 +64,8 @@ _VALIDATING = contextvars.ContextVar("neuron_mlflow_validating", default=False)
 
 
 def _validate_readably(model: BaseModel, init: Any, data: dict[str, Any]) -> None:
-    """Run pydantic's ``__init__``; the outermost model turns errors into ``ConfigError``.
-
-    Nested models re-raise pydantic's own error so that the outer one reports every bad field
-    with its full dotted path.
-    """
+    """Run pydantic's ``__init__``; the outermost model turns errors into ``ConfigError``
+    (nested ones re-raise, so that it names every bad field with its full dotted path)."""
     if _VALIDATING.get():
         init(**data)
         return
