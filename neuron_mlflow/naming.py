@@ -51,10 +51,7 @@ def _digest(name: str) -> str:
 
 
 def safe_op_key(name: str) -> str:
-    """Make an op name safe for a metric key, before de-duplication.
-
-    ``::`` becomes ``.``, each run of characters outside ``[A-Za-z0-9_.-]`` becomes one
-    ``_``, and leading and trailing ``_``/``.`` are stripped.
+    """Make an op name safe for a metric key, before de-duplication (docs/metrics.md).
 
     Example:
         >>> safe_op_key("aten::mul")
@@ -65,13 +62,8 @@ def safe_op_key(name: str) -> str:
 
 
 def op_keys(names: Iterable[str]) -> dict[str, str]:
-    """Assign every op name of one window (duplicates ignored) a unique, MLflow-safe key.
-
-    The key is :func:`safe_op_key` of the name; if that is empty, longer than 120 characters
-    or already used by another op of the window, ``_`` and the first 8 hex digits of the
-    SHA-1 of the original name are appended. Names whose safe form equals the name itself
-    are assigned first, then the rest in sorted order, so the result does not depend on the
-    order of ``names``.
+    """Assign every op name of one window (duplicates ignored) a unique, MLflow-safe key,
+    whatever the order of ``names`` (the rule: docs/metrics.md).
 
     Example:
         >>> keys = op_keys(["a b", "a_b", "#"])
@@ -135,9 +127,7 @@ when two sides differ)."""
 
 
 def window_metrics(summary: OpSummary, prefix: str, top_k: int) -> dict[str, float]:
-    """Every metric of one window (``docs/metrics.md``): device metrics only when device time
-    was measured, per-op metrics for the first ``top_k`` operators, memory and FLOPs metrics
-    only where ``profile_memory`` and ``with_flops`` recorded them.
+    """Every metric of one window (``docs/metrics.md``), per-op ones for the first ``top_k``.
 
     Example:
         >>> from neuron_mlflow.summary.ops import RawOp, build_summary

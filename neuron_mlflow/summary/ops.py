@@ -1,8 +1,5 @@
-"""The op summary: per-operator times of one window, per profiled step, as plain data.
-
-Pure functions over plain records, so they can be tested (and fed the seed's published
-numbers) without a profiler: :func:`build_summary` turns a window's :class:`RawOp` totals
-into per-step numbers, computes shares and totals, and sorts.
+"""The op summary: per-operator times of one window, per profiled step, as plain data
+(:func:`build_summary` turns a window's :class:`RawOp` totals into it, without a profiler).
 
 Example:
     >>> raw = [RawOp("aten::mul", 3, 60.9, 60.9, 1164.5, 1164.5),
