@@ -1,14 +1,9 @@
 """The timeline of one trace file, as plain data for the window's ``report.html``.
 
 One streamed pass (:class:`~neuron_mlflow.trace.reader.TraceStream`) collects every
-operator, runtime call and device event in compact typed arrays, then gives: a lane per CPU
-thread and per device stream / NeuronCore (named from the trace's ``process_labels`` /
-``thread_name`` metadata); the operators nested by depth in each thread's call tree, with
-their self time and input shapes; each device event linked through its runtime call
-(``args.correlation``) to the innermost operator around that call; each ``ProfilerStep#N``
-with its wall time, device time and device busy share. At most ``max_events`` bars are kept,
-the longest (an operator's parents are at least as long, so the kept tree stays whole). Times
-are microseconds from the first event (``origin_us``).
+operator, runtime call and device event in compact typed arrays; what the timeline shows
+and which bars it keeps: docs/report.md. Times are microseconds from the first event
+(``origin_us``).
 
 Example:
     >>> import json, tempfile

@@ -1,9 +1,5 @@
-"""Write a spooled window's ``report.html`` from the files in its artifact folder.
-
-The pipeline's files step (``engine.pipeline.write_files``) calls :func:`write_window_report`
-after the summary files, off the training thread; the timeline comes from the lowest
-rank's trace under ``traces/`` (:func:`~neuron_mlflow.trace.timeline.build_timeline`), the
-rest from the summary and the window's manifest.
+"""Write a spooled window's ``report.html`` (docs/report.md) from its artifact folder:
+the lowest rank's trace, the summary and the window's manifest.
 
 Example:
     >>> import tempfile
@@ -45,8 +41,7 @@ _TAGS = (
 
 
 def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
-    """The report's header from a window's manifest: backend, device, window, ids, versions
-    (``None`` where unknown).
+    """The report's header from a window's manifest: backend, device, window, ids, versions.
 
     Args:
         manifest: the window's manifest (``tags``, ``window``, ``artifact_path``, ``run_id``).
@@ -82,11 +77,8 @@ def write_window_report(
         trace: the trace to draw (default: the lowest rank's under ``traces/``,
             :func:`~neuron_mlflow.trace.step_samples.lowest_rank_trace`).
 
-    Every step number on the page is the window's own (``manifest["window"]["first"]`` on:
-    the trainer's global step for Lightning), as in the header and the window id.
-
-    A trace that cannot be read gives a report without a timeline (and an ``INFO`` log);
-    other errors propagate (the caller decides: a window never fails for its report).
+    Step numbers on the page start at ``manifest["window"]["first"]``. A trace that cannot
+    be read gives a report without a timeline (and an ``INFO`` log); other errors propagate.
     """
     trace = trace or lowest_rank_trace(artifacts_dir / "traces")
     timeline = None
