@@ -1,14 +1,9 @@
 """Per-step samples of one window: ``steps.jsonl``, what ``compare`` decides from.
 
-The format is in ``docs/comparing.md``. The steps come from the window's own trace (the lowest
-rank's, like ``report.html``) through the timeline pass
-(:func:`~neuron_mlflow.trace.timeline.build_timeline`), counted by the rules of
-:mod:`neuron_mlflow.trace.rules`: a step is an outermost marked range, else a
-``ProfilerStep#N`` range (no more than ``summary.json`` counted); an operator counts in the
-step whose range holds the start of its call tree's root; an only child of the same name is
-folded into its parent; a device event counts to the step and operator that launched it. The
-per-step interference (``cpu_wait_us``, ``involuntary_switches``) comes from the trace's
-metadata (:mod:`neuron_mlflow.capture.interference`).
+The format is in ``docs/comparing.md``. The steps come from the lowest rank's trace through
+the timeline pass (:func:`~neuron_mlflow.trace.timeline.build_timeline`), counted by the rules
+of docs/metrics.md; an operator counts in the step whose range holds the start of its call
+tree's root.
 
 Example:
     >>> import json, tempfile
@@ -131,7 +126,7 @@ def mark_disturbed(steps: list[dict[str, Any]], trace: Path) -> None:
 def step_samples(
     trace: Path, recorded_steps: int | None = None
 ) -> tuple[list[Step], bool, list[str]]:
-    """The steps of one trace (see the module docstring).
+    """The steps of one trace (counted as the module docstring says).
 
     Returns:
         The steps, whether device events were seen, and the op names in first-call order.
