@@ -1,10 +1,7 @@
 """Read a finished live window from its own exported trace, with the trace engine.
 
-A live window is summarised from the trace its backend wrote (``export_chrome_trace`` /
-``tensorboard_trace_handler``), by :func:`neuron_mlflow.trace.summarize.summarize_trace`: the
-same code and the same counting rules (:mod:`neuron_mlflow.trace.rules`) as ``neuron-mlflow
-summarize``, ``ingest`` and ``compare``. ``key_averages()`` and ``prof.events()`` are not
-read on the CPU and CUDA paths. This runs off the training thread (the background worker).
+The same code and counting rules as ``neuron-mlflow summarize``, ``ingest`` and ``compare``
+(:func:`neuron_mlflow.trace.summarize.summarize_trace`), off the training thread.
 
 Example:
     >>> import tempfile, torch
@@ -48,7 +45,7 @@ class CapturedStats:
         summary: the window's summary, straight from its trace (``None``: no trace to read).
         device_busy_pct: the device's busy share of its span, from the trace.
         device_state: what the backend read of this window's device, for its analysis (the
-            Neuron backend's ``NeuronWindow``): per-window state travels with the window.
+            Neuron backend's ``NeuronWindow``).
     """
 
     summary: OpSummary | None = None
