@@ -1,13 +1,9 @@
 """Stream the events of a Chrome/Kineto trace file (``.json`` or ``.json.gz``).
 
-The file is read in chunks of text; each chunk's complete events are decoded together by
-:mod:`msgspec` (into plain dicts, or straight into :class:`TraceEvent` structs that keep only
-the fields the trace engine reads) and handed to the caller, so the whole file is never held
-as Python objects. Top-level keys other than ``traceEvents`` (``distributedInfo``,
-``deviceProperties``, ...) are kept as metadata, in whatever order they appear. A truncated or
-malformed file raises :class:`TraceFormatError` naming the file and the byte offset (in the
-uncompressed file); a gzip stream that ends early is read up to where it ends and reported
-as truncated there.
+Chunks of text, each one's complete events decoded together by :mod:`msgspec` (docs/cli.md,
+``summarize``). Top-level keys other than ``traceEvents`` are kept as metadata. A truncated
+or malformed file raises :class:`TraceFormatError` naming the file and the byte offset (in
+the uncompressed file); a gzip stream that ends early is read up to where it ends.
 
 Example:
     >>> import json, tempfile

@@ -1,12 +1,8 @@
 """What counts in a window: the one set of rules every summary follows (live, ``summarize``,
 ``ingest``, ``compare``), and the marked ranges they use.
 
-The table of what each event counts as is in ``docs/metrics.md`` ("What counts in a window"):
-step markers (``ProfilerStep#N``) and marked ranges (``neuron_mlflow: <name>``: each decorated
-call and each Lightning training step) are not operators; when a trace holds marked ranges only
-what runs inside them counts (nested in one on its own thread, or in a call tree whose root
-starts inside one of the same process), and the steps are the outermost marked ranges.
-Marker names are built in :mod:`neuron_mlflow.naming`.
+The table of what each event counts as is in ``docs/metrics.md`` ("What counts in a window");
+marker names are built in :mod:`neuron_mlflow.naming`.
 
 Example:
     >>> marks = Marks()

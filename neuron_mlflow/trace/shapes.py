@@ -1,11 +1,7 @@
 """Input shapes and FLOPs of trace operators (``record_shapes``/``with_flops`` traces).
 
-torch writes each operator's input shapes (``args["Input Dims"]``) and scalar arguments
-(``args["Concrete Inputs"]``) into the trace, but not the FLOPs that ``key_averages()``
-shows; :func:`flops` estimates them from the shapes with torch's own formulas
-(``computeFlops`` in ``torch/csrc/profiler/util.cpp``): ``aten::mm``/``addmm`` and
-``aten::bmm``/``baddbmm`` (2 x M x K x N per batch), ``aten::conv2d`` (2 x N x H_out x W_out x
-kernel x C_in x C_out / groups) and ``aten::mul``/``aten::add`` (the first input's elements).
+torch writes no FLOPs into the trace; :func:`flops` estimates them from the shapes with
+torch's own formulas (``computeFlops`` in ``torch/csrc/profiler/util.cpp``; docs/metrics.md).
 
 Example:
     >>> flops("aten::mm", "[[32, 64], [64, 16]]", None)
