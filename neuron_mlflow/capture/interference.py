@@ -1,16 +1,8 @@
 """Per step: how long this process's threads waited for a CPU that another process held.
 
 :class:`InterferenceProbe` reads two counters at a step's start and end, on the training
-thread, inside a window only (why and how they were chosen: docs/comparing.md, "Disturbed
-steps"):
-
-- ``cpu_wait_us``: the summed run-queue wait of the threads that run a step: the training
-  thread and the threads Python did not start (torch's intra-op pool) (Linux
-  ``/proc/self/task/<tid>/schedstat``, second field; ``None`` elsewhere);
-- ``switches``: involuntary context switches of the process (``getrusage``).
-
-Which steps count as disturbed is decided later, from these numbers
-(:func:`neuron_mlflow.summary.statistics.disturbed`).
+thread, inside a window only (which, and why: docs/comparing.md, "Disturbed steps");
+:func:`neuron_mlflow.summary.statistics.disturbed` judges the steps later.
 
 Example:
     >>> probe = InterferenceProbe()

@@ -1,10 +1,8 @@
 """``report.html``: one window's profile as a self-contained, interactive page.
 
-Made for MLflow's artifact viewer, which shows HTML in a sandboxed ``<iframe>`` (scripts run;
-no storage, no pop-ups, no requests anywhere): every byte the page needs is inside it, the
-JavaScript and CSS of ``assets/`` (ours) inline, the data as JSON in a
-``<script type="application/json">`` block. What it shows: docs/report.md. Above
-``budget_bytes`` the timeline keeps its longest bars and says how many it left out.
+Every byte the page needs is inside it (MLflow's sandboxed artifact viewer): the JavaScript
+and CSS of ``assets/`` inline, the data as JSON in a ``<script type="application/json">``
+block. What it shows and how it fits its budget: docs/report.md.
 
 Example:
     >>> from neuron_mlflow.summary.ops import RawOp, build_summary

@@ -1,11 +1,8 @@
 """The Neuron backend: TorchNeuron's profiler on AWS Trainium, as AWS documents it.
 
-``torch_neuronx.profiling`` is imported lazily. What a window passes to ``NeuronConfig`` and
-where its device time comes from: docs/neuron.md ("The capture, as AWS documents it";
-"Device time: the same rules as every backend"). The whole output tree is uploaded unchanged
-under ``traces/rank_<r>/``. The framework trace has two documented names: ``trace.json``
-(written by ``NeuronProfiler(cfg).export_trace``) and ``neuron_framework_trace_rank_<N>.json``
-(the troubleshooting guide); either is read.
+``torch_neuronx.profiling`` is imported lazily. What a window passes to ``NeuronConfig``, the
+framework trace's names and where its device time comes from: docs/neuron.md ("The capture,
+as AWS documents it"; "Device time: the same rules as every backend").
 
 Example:
     >>> NeuronBackend.name, NeuronBackend.device_label

@@ -1,10 +1,7 @@
 """Neuron device time that reaches the profiler only through ``prof.events()``.
 
-With ``correlate_device_time=True`` TorchNeuron puts device time into ``key_averages()``.
-When the exported framework trace has no device events, this adapter reads the profiler's
-events with the trace engine's rules (docs/metrics.md, "What counts in a window"): only
-operators inside marked ranges count, each device event once, for the operator that
-launched it, and the busy share is the union of the counted device intervals over their span.
+When the exported framework trace has no device events, this reads the profiler's events by
+the trace engine's rules (docs/metrics.md, "What counts in a window").
 
 Example:
     >>> read_device_times([]).device_us

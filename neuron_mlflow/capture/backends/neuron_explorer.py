@@ -1,14 +1,7 @@
 """Neuron Explorer's device-level summary of a window, as MLflow metrics.
 
-After a window (off the training thread), when ``neuron-explorer`` is on ``PATH``
-(``neuron.explorer_summary``: ``auto``, ``always``, ``never``), it runs::
-
-    neuron-explorer view -d <profile dir> --output-format summary-json \\
-        --output-file <window>/neuron_summary.json
-
-Every numeric leaf is logged as ``P/neuron/summary/<path>``, plus the headline names of
-docs/neuron.md ("Device level: Neuron Explorer, MFU and the verdict"), from the documented
-``Summary`` fields when present.
+The command it runs after a window and the metrics it logs: docs/neuron.md ("Device level:
+Neuron Explorer, MFU and the verdict").
 
 Example:
     >>> doc = {"n_1f": {"total_time": 0.002, "tensor_engine_active_time_percent": 0.4}}

@@ -1,10 +1,8 @@
 """Neuron system metrics during the whole job, from ``neuron-monitor``.
 
-A sampler thread runs ``neuron-monitor -c <config we write>`` (every application group for
-every Neuron runtime on the host, and the system groups, at ``neuron.monitor_period_s``),
-parses each JSON report (one per line on stdout) and hands the samples, batched, to a
-callback that logs them to MLflow on the run's timeline. The metrics and the report fields
-they come from: docs/neuron.md, "Neuron system metrics for the whole job".
+A sampler thread runs ``neuron-monitor -c <config we write>``, parses each JSON report (one
+per line on stdout) and hands the samples, batched, to a callback. The metrics and the report
+fields they come from: docs/neuron.md, "Neuron system metrics for the whole job".
 
 Example:
     >>> report = {"neuron_runtime_data": [{"report": {"neuroncore_counters": {
