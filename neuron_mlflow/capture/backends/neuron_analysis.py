@@ -26,9 +26,6 @@ from neuron_mlflow.naming import metric_key
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.verdict import VERDICT_KEY, VerdictInputs, verdict_document
 
-NOTES_KEY = "device_notes"
-"""Key of the notes (why numbers are absent) in ``OpSummary.extra``."""
-
 
 @dataclass
 class DeviceAnalysis:
@@ -156,6 +153,6 @@ def analyze_window(
     document = verdict_document(summary, inputs, flops_by_op=flops)
     if document["window"]:
         analysis.tags[f"neuron_mlflow.verdict/{prefix}"] = document["window"]
-    extra = {**summary.extra, VERDICT_KEY: document, NOTES_KEY: list(analysis.notes)}
+    extra = {**summary.extra, VERDICT_KEY: document, "device_notes": list(analysis.notes)}
     analysis.summary = replace(summary, extra=extra)
     return analysis
