@@ -46,10 +46,6 @@ STEP_INTERFERENCE_KEY = "neuron_mlflow_step_interference"
 ``capture/interference.py``), read into ``steps.jsonl``."""
 
 
-def _digest(name: str) -> str:
-    return hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
-
-
 def safe_op_key(name: str) -> str:
     """Make an op name safe for a metric key, before de-duplication (docs/metrics.md).
 
@@ -77,7 +73,8 @@ def op_keys(names: Iterable[str]) -> dict[str, str]:
     for name in order:
         key = safe_op_key(name)
         if not key or len(key) > MAX_KEY_CHARS or key in taken:
-            key = f"{key[:MAX_KEY_CHARS]}_{_digest(name)}"
+            digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
+            key = f"{key[:MAX_KEY_CHARS]}_{digest}"
         taken.add(key)
         keys[name] = key
     return keys
