@@ -63,7 +63,7 @@ def _num(value: Any) -> float | None:
 
 
 def parse_report(report: dict[str, Any]) -> dict[str, float]:
-    """One report's metrics by the table of this module (absent groups give nothing)."""
+    """One report's metrics, by docs/neuron.md's table (absent groups give nothing)."""
     out: dict[str, float] = {}
 
     def add(key: str, value: Any) -> None:
