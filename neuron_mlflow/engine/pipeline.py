@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import socket
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from neuron_mlflow.capture.backends import BACKENDS
-from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.config import ProfilerConfig
 from neuron_mlflow.engine.guard import Guard
 from neuron_mlflow.errors import NeuronMlflowError, NeuronMlflowWarning
@@ -139,11 +139,11 @@ def summarise_window(record: WindowRecord) -> OpSummary:
     )
     environment = dict(window.tags)
     trace_dir = record.artifacts_dir / Path(window.trace_dir or "")
-    stats, source = backend.refine_device_time(CapturedStats(), trace_dir)
+    stats, source = backend.refine_device_time(trace_dir)
     summary = stats.summary
     if summary is None:  # no trace to read: the window's own step count and wall time
         summary = build_summary([], 0, window.steps, window.wall_time_us, backend.device_label)
-    summary = summary.with_partial(window.facts.partial)
+    summary = replace(summary, partial=window.facts.partial)
     if source is not None:
         window.tags[DEVICE_TIME_SOURCE_TAG] = source
     busy, extra = stats.device_busy_pct, {}

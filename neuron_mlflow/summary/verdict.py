@@ -90,10 +90,9 @@ def op_verdict(op: OpStats, flops: float | None = None) -> str | None:
 def verdict_document(
     summary: OpSummary,
     inputs: VerdictInputs,
-    top: int = 5,
     flops_by_op: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The verdict of the window and of its first ``top`` operators, for ``summary.extra``.
+    """The verdict of the window and of its first five operators, for ``summary.extra``.
 
     Example:
         >>> from neuron_mlflow.summary.ops import RawOp, build_summary
@@ -105,9 +104,7 @@ def verdict_document(
     """
     verdict, reason = window_verdict(inputs)
     flops = flops_by_op or {}
-    ops = {
-        op.name: found for op in summary.top(top) if (found := op_verdict(op, flops.get(op.name)))
-    }
+    ops = {op.name: found for op in summary.top(5) if (found := op_verdict(op, flops.get(op.name)))}
     return {"window": verdict, "reason": reason, "inputs": asdict(inputs), "ops": ops}
 
 

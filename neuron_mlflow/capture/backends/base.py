@@ -82,9 +82,7 @@ class BaseBackend(abc.ABC):
     def synchronize(self) -> None:  # noqa: B027 - optional hook, CPU needs nothing
         """Wait for queued device work, so that a step's device time falls inside it."""
 
-    def refine_device_time(
-        self, stats: CapturedStats, trace_dir: Path
-    ) -> tuple[CapturedStats, str | None]:
+    def refine_device_time(self, trace_dir: Path) -> tuple[CapturedStats, str | None]:
         """The window read from its own trace (``stats.summary``, off the training thread),
         and where its device time comes from: ``trace`` or ``none`` (``None`` for a backend
         without device time)."""

@@ -239,14 +239,14 @@ class NeuronBackend(BaseBackend):
 
         torch.neuron.synchronize()  # type: ignore[attr-defined]
 
-    def refine_device_time(
-        self, stats: CapturedStats, trace_dir: Path
-    ) -> tuple[CapturedStats, str]:
+    def refine_device_time(self, trace_dir: Path) -> tuple[CapturedStats, str]:
         """Summarise the window whose output is in ``trace_dir`` (off the training thread):
         device time from the trace's device events, else from what :meth:`export_trace` kept.
         """
+        from neuron_mlflow.capture.profile_reader import CapturedStats
         from neuron_mlflow.trace.summarize import summarize_trace
 
+        stats = CapturedStats()
         window = stats.device_state = NeuronWindow()  # the window's, not the backend's
         traces = framework_traces(trace_dir)
         if not traces:
