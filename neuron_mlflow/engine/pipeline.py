@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import socket
 import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +142,7 @@ def summarise_window(record: WindowRecord) -> OpSummary:
     summary = stats.summary
     if summary is None:  # no trace to read: the window's own step count and wall time
         summary = build_summary([], 0, window.steps, window.wall_time_us, backend.device_label)
-    summary = replace(summary, partial=window.facts.partial)
+    summary = summary.with_partial(window.facts.partial)
     if source is not None:
         window.tags[DEVICE_TIME_SOURCE_TAG] = source
     busy, extra = stats.device_busy_pct, {}

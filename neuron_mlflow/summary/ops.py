@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -121,6 +121,10 @@ class OpSummary:
         data = asdict(self)
         data["ops"] = [asdict(op) for op in self.ops]
         return data
+
+    def with_partial(self, partial: bool) -> OpSummary:
+        """A copy with ``partial`` set."""
+        return replace(self, partial=partial)
 
 
 def summary_from_dict(data: dict[str, Any]) -> OpSummary:
