@@ -11,8 +11,8 @@ Example:
     ...             "window": {"first": 0, "last": 1}, "tags": {"neuron_mlflow.backend": "cpu"}}
     >>> write_window_report(folder, s, manifest).name
     'report.html'
-    >>> report_header(manifest)["window"]
-    'steps 0-1'
+    >>> "steps 0-1" in (folder / "report.html").read_text()
+    True
 """
 
 from __future__ import annotations
@@ -40,26 +40,6 @@ _TAGS = (
 )
 
 
-def report_header(manifest: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
-    """The report's header from a window's manifest: backend, device, window, ids, versions.
-
-    Args:
-        manifest: the window's manifest (``tags``, ``window``, ``artifact_path``, ``run_id``).
-        run_id: the run the window goes to, when known before the upload.
-    """
-    tags = manifest.get("tags") or {}
-    window = manifest.get("window") or {}
-    header: dict[str, Any] = {k: tags.get(tag) for k, tag in _TAGS[:2]}
-    if "first" in window:
-        header["window"] = f"steps {window['first']}-{window.get('last', window['first'])}"
-    header["window id"] = manifest.get("artifact_path")
-    header["run"] = run_id or manifest.get("run_id") or manifest.get("run_name")
-    header.update({k: tags.get(tag) for k, tag in _TAGS[2:]})
-    header["neuron-mlflow"] = tags.get(run_tag("version"))
-    header["torch"] = tags.get(run_tag("torch_version"))
-    return header  # render_report leaves out the empty values
-
-
 def write_window_report(
     artifacts_dir: Path,
     summary: OpSummary,
@@ -71,18 +51,28 @@ def write_window_report(
 
     Args:
         artifacts_dir: the window's artifact folder (with ``traces/``).
-        summary: the window's summary.
-        manifest: the window's manifest (for the header).
-        run_id: the run the window goes to, when known (for the header).
+        manifest: the window's manifest (``tags``, ``window``, ``artifact_path``, ``run_id``):
+            the page's header.
+        run_id: the run the window goes to, when known before the upload (for the header).
         trace: the trace to draw (default: the lowest rank's under ``traces/``,
             :func:`~neuron_mlflow.trace.step_samples.lowest_rank_trace`).
 
     Step numbers on the page start at ``manifest["window"]["first"]``. A trace that cannot
     be read gives a report without a timeline (and an ``INFO`` log); other errors propagate.
     """
+    tags = manifest.get("tags") or {}
+    window = manifest.get("window") or {}
+    header: dict[str, Any] = {k: tags.get(tag) for k, tag in _TAGS[:2]}
+    if "first" in window:
+        header["window"] = f"steps {window['first']}-{window.get('last', window['first'])}"
+    header["window id"] = manifest.get("artifact_path")
+    header["run"] = run_id or manifest.get("run_id") or manifest.get("run_name")
+    header.update({k: tags.get(tag) for k, tag in _TAGS[2:]})
+    header["neuron-mlflow"] = tags.get(run_tag("version"))
+    header["torch"] = tags.get(run_tag("torch_version"))
     trace = trace or lowest_rank_trace(artifacts_dir / "traces")
     timeline = None
-    first = (manifest.get("window") or {}).get("first")
+    first = window.get("first")
     if trace is not None:
         try:
             built = build_timeline(trace)
@@ -93,6 +83,6 @@ def write_window_report(
         except (TraceFormatError, OSError, EOFError) as exc:
             logger.info("report.html without a timeline: %s", exc)
     target = artifacts_dir / REPORT_FILE
-    page = render_report(summary, report_header(manifest, run_id), timeline)
+    page = render_report(summary, header, timeline)  # it leaves out the empty values
     target.write_text(page, encoding="utf-8")
     return target
