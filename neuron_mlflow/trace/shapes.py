@@ -28,9 +28,7 @@ _LISTS_OF_INTS = re.compile(r"[\[\]0-9, ]*")
 
 
 def _loads(text: str) -> Any:
-    """``json.loads(text)``, the same values and errors (``ValueError``), in a fraction of
-    the time for the usual text of shapes (once per distinct input signature: many in a
-    ``record_shapes`` trace)."""
+    """``json.loads(text)`` (same values, same ``ValueError``), faster on the usual shapes."""
     if _LISTS_OF_INTS.fullmatch(text):
         return msgspec.json.decode(text)  # its DecodeError is a ValueError
     return json.loads(text)
@@ -66,7 +64,6 @@ def flops(name: str, input_dims: str, concrete_inputs: str | None) -> int | None
     """FLOPs of one call of ``name`` with these inputs, or ``None`` if torch counts none.
 
     Args:
-        name: the operator name.
         input_dims: the trace's ``Input Dims`` (JSON text).
         concrete_inputs: the trace's ``Concrete Inputs`` (JSON text), needed for conv2d.
 
