@@ -48,11 +48,8 @@ NO_RAW = msgspec.Raw(b"")
 
 
 class EventArgs(msgspec.Struct):
-    """The ``args`` fields the trace engine reads: the runtime/device link (``correlation``),
-    the operator a runtime call or device event belongs to (``External id`` on operators and
-    on today's runtime calls and device events, ``external id`` on those of PyTorch <= 1.9),
-    an operator's inputs (kept as raw JSON text: decoded only for the few distinct shapes)
-    and a memory event's allocator state."""
+    """The ``args`` fields the trace engine reads (``external id``: PyTorch <= 1.9); inputs
+    are kept as raw JSON text, decoded only for the few distinct shapes."""
 
     correlation: int | None = None
     external_id: int | None = msgspec.field(name="External id", default=None)
@@ -161,9 +158,8 @@ class TraceStream:
     def _read(self) -> str:
         """The next piece of text (up to about ``CHUNK_CHARS`` bytes); "" at the end.
 
-        Bytes are read with ``read1`` so that what a gzip stream gave before it broke off
-        is kept: the failure is remembered and raised by :meth:`_fill` once that text is
-        used up, at the offset the data reached.
+        ``read1`` keeps what a gzip stream gave before it broke off: :meth:`_fill` raises the
+        failure once that text is used up, at the offset the data reached.
         """
         assert self._file is not None
         while True:
