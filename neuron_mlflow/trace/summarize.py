@@ -46,7 +46,7 @@ class TraceResult:
         summary: the op summary (per profiled step).
         kernels: device time per device event name (window total, us).
         unattributed_device_events: device events not linked to any operator.
-        device_events: device events in the file.
+        device_events: device events counted (in a marked trace, those launched inside).
         device_busy_pct: busy share of the device span (union of device events), or ``None``.
         rank: from ``distributedInfo`` when present.
         metadata: the file's other top-level keys.
@@ -130,8 +130,7 @@ def _result(totals: Totals, metadata: dict[str, Any], device_label: str | None) 
     """The summary and trace facts from a pass's totals (the view the rules say applies)."""
     recorded = metadata.get(RECORDED_STEPS_KEY)
     view = totals.counted(int(str(recorded)) if str(recorded).isdigit() else None)
-    names = totals.names
-    kernels = {names[i]: us for i, us in view.kernel_us.items()}
+    kernels = {totals.names[i]: us for i, us in view.kernel_us.items()}
     label = device_label or (sorted(totals.labels)[0] if totals.labels else None)
     device_rows = [RawOp(name, 1, 0.0, 0.0, us, us) for name, us in kernels.items()]
     summary = build_summary(
