@@ -44,8 +44,7 @@ from neuron_mlflow.naming import (
 from neuron_mlflow.summary.comparison import stable_op_names
 from neuron_mlflow.summary.statistics import disturbed, iqr, median
 from neuron_mlflow.trace.reader import TraceStream
-from neuron_mlflow.trace.timeline import build_timeline
-from neuron_mlflow.trace.timeline_events import DEVICE, OP
+from neuron_mlflow.trace.timeline import DEVICE, OP, build_timeline
 
 _RANK = re.compile(r"rank_(\d+)")
 HEADLINE_TIMES = ("wall_time_us", "cpu_time_us", "device_time_us")
