@@ -171,7 +171,8 @@ class Timeline:
         steps: ``{"step", "trace_step", "start_us", "wall_us", "device_us",
             "device_busy_pct"}`` per ``ProfilerStep#N`` (device fields ``None`` without device
             events). ``trace_step`` is ``N``, torch.profiler's own count; ``step`` is ``N``
-            too until :func:`number_steps` gives the steps the window's own numbers.
+            too until :func:`~neuron_mlflow.trace.window_report.write_window_report` gives the
+            steps the window's own numbers.
         names: every event name, by id.
         shapes: input-shape strings, by id.
         events: columns of the kept bars, longest first: ``kind`` (0 operator, 1 device),
@@ -269,26 +270,6 @@ def _steps(p: TimelinePass, launch_ts: dict[int, float]) -> list[dict[str, Any]]
             }
         )
     return out
-
-
-def number_steps(timeline: Timeline, first: int) -> Timeline:
-    """Give the timeline's steps the window's own numbers, the first profiled one ``first``.
-
-    ``ProfilerStep#N`` counts the steps since torch.profiler was created, which is not the
-    trainer's global step (a Lightning window ``step_000004-000008`` records
-    ``ProfilerStep#2`` to ``#6``); the page shows one numbering, the window's.
-    ``trace_step`` keeps ``N`` (the name to look for in the trace file).
-
-    Example:
-        >>> t = Timeline(steps=[{"step": 2, "trace_step": 2}, {"step": 3, "trace_step": 3}])
-        >>> [s["step"] for s in number_steps(t, 4).steps]
-        [4, 5]
-    """
-    if timeline.steps:
-        base = min(step["trace_step"] for step in timeline.steps)
-        for step in timeline.steps:
-            step["step"] = first + step["trace_step"] - base
-    return timeline
 
 
 def build_timeline(path: str | Path, max_events: int = MAX_EVENTS) -> Timeline:

@@ -26,7 +26,7 @@ from neuron_mlflow.naming import REPORT_FILE, run_tag
 from neuron_mlflow.summary.ops import OpSummary
 from neuron_mlflow.summary.report import render_report
 from neuron_mlflow.trace.step_samples import lowest_rank_trace, mark_disturbed
-from neuron_mlflow.trace.timeline import build_timeline, number_steps
+from neuron_mlflow.trace.timeline import build_timeline
 
 logger = logging.getLogger("neuron_mlflow")
 
@@ -76,8 +76,12 @@ def write_window_report(
     if trace is not None:
         try:
             built = build_timeline(trace)
-            if isinstance(first, int):
-                number_steps(built, first)
+            if isinstance(first, int) and built.steps:
+                # ProfilerStep#N counts from the profiler's creation, not the trainer's global
+                # step: the page shows the window's numbers (``trace_step`` keeps N)
+                base = min(step["trace_step"] for step in built.steps)
+                for step in built.steps:
+                    step["step"] = first + step["trace_step"] - base
             mark_disturbed(built.steps, trace)  # steps other processes slowed down
             timeline = built.to_dict()
         except (TraceFormatError, OSError, EOFError) as exc:
