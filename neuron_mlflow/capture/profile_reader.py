@@ -45,7 +45,7 @@ class CapturedStats:
         summary: the window's summary, straight from its trace (``None``: no trace to read).
         device_busy_pct: the device's busy share of its span, from the trace.
         device_state: what the backend read of this window's device, for its analysis (the
-            Neuron backend's ``NeuronWindow``).
+            Neuron backend's notes: why numbers are absent).
     """
 
     summary: OpSummary | None = None

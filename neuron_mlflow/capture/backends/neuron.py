@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -85,14 +85,6 @@ def framework_traces(root: Path) -> list[Path]:
         plain = [p for p in files if p.name == "trace.json"]
         found.extend(plain or [p for p in files if _RANK_TRACE.match(p.name)])
     return found
-
-
-@dataclass
-class NeuronWindow:
-    """What the backend read of a window besides its summary (``CapturedStats.device_state``):
-    why numbers are absent, for the summary."""
-
-    notes: list[str] = field(default_factory=list)
 
 
 _DEVICE_EVENT_MARKS = (b'"cat": "kernel"', b'"cat":"kernel"')
@@ -246,12 +238,12 @@ class NeuronBackend(BaseBackend):
         from neuron_mlflow.capture.profile_reader import CapturedStats
         from neuron_mlflow.trace.summarize import summarize_trace
 
-        stats = CapturedStats()
-        window = stats.device_state = NeuronWindow()  # the window's, not the backend's
+        notes: list[str] = []  # why numbers are absent: the window's, not the backend's
+        stats = CapturedStats(device_state=notes)
         traces = framework_traces(trace_dir)
         if not traces:
             names = " or ".join(FRAMEWORK_TRACE_NAMES)
-            window.notes.append(f"no framework trace ({names}) in the window")
+            notes.append(f"no framework trace ({names}) in the window")
             return stats, "none"
         result = summarize_trace(traces[0], self.device_label)
         stats.summary = result.summary
@@ -270,7 +262,7 @@ class NeuronBackend(BaseBackend):
         )
         if "correlate_device_time" in self.unsupported_options:
             note += "; this SDK does not accept correlate_device_time"
-        window.notes.append(note)
+        notes.append(note)
         return stats, "none"
 
     def analyze_window(
@@ -283,10 +275,10 @@ class NeuronBackend(BaseBackend):
     ) -> DeviceAnalysis:
         """:func:`~neuron_mlflow.capture.backends.neuron_analysis.analyze_window`, with the
         busy share read with the device time and the window's notes."""
-        window: NeuronWindow = stats.device_state
         mode = self.config.neuron.explorer_summary if self.config is not None else "auto"
         busy = stats.device_busy_pct
-        return analyze_window(prefix, summary, busy, trace_dir, out_dir, mode, notes=window.notes)
+        notes = stats.device_state
+        return analyze_window(prefix, summary, busy, trace_dir, out_dir, mode, notes=notes)
 
     def describe(self) -> dict[str, str]:
         facts = super().describe()
