@@ -25,13 +25,15 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from neuron_mlflow.config.params import applicable, flatten, parse_size
+from neuron_mlflow.config.params import flatten, parse_size
 from neuron_mlflow.config.triggers import SlowSteps
 from neuron_mlflow.config.validation import _StrictModel, _validate_readably
 from neuron_mlflow.errors import ConfigError
 
 BackendName = Literal["auto", "neuron", "cuda", "cpu"]
 """Names accepted by ``ProfilerConfig.backend``."""
+BACKEND_NAMES = ("cpu", "cuda", "neuron")
+"""Backend names a window is captured with (``capture.backends.*.name``)."""
 
 CONFIG_FILE_ENV = "NEURON_MLFLOW_CONFIG"
 """Environment variable naming a YAML file with ``ProfilerConfig`` fields."""
@@ -337,7 +339,8 @@ class ProfilerConfig(BaseSettings):
 
     def applicable_params(self, backend: str) -> dict[str, str]:
         """Like :meth:`flat_params`, only the fields that apply to ``backend``'s windows
-        (``"cpu"``, ``"cuda"``, ``"neuron"``): ``neuron.*`` only to ``"neuron"``.
+        (``"cpu"``, ``"cuda"``, ``"neuron"``): ``neuron.*`` only to ``"neuron"``, unless set
+        away from its default.
 
         Raises:
             ConfigError: ``backend`` is not a backend name (the message names the value).
@@ -349,8 +352,14 @@ class ProfilerConfig(BaseSettings):
             >>> "neuron.modes" in cfg.applicable_params("neuron")
             True
         """
+        if backend not in BACKEND_NAMES:
+            raise ConfigError(
+                f"applicable_params: unknown backend {backend!r}: expected the backend a window "
+                f"was captured with, one of {', '.join(map(repr, BACKEND_NAMES))}"
+            )
         defaults = flatten(type(self).model_construct().model_dump(mode="json"))
-        try:
-            return applicable(self.flat_params(), defaults, backend)
-        except ValueError as err:
-            raise ConfigError(f"applicable_params: {err}") from None
+        return {
+            key: value
+            for key, value in self.flat_params().items()
+            if defaults.get(key) != value or backend == "neuron" or not key.startswith("neuron.")
+        }

@@ -14,9 +14,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-BACKEND_NAMES = ("cpu", "cuda", "neuron")
-"""Backend names a window is captured with (``capture.backends.*.name``)."""
-
 _UNITS = {
     "": 1,
     "B": 1,
@@ -35,32 +32,6 @@ def flatten(document: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             out[f"{prefix}{key}"] = str(value)
     return out
-
-
-def applicable(params: dict[str, str], defaults: dict[str, str], backend: str) -> dict[str, str]:
-    """The flat ``params`` that apply to ``backend``, plus every one away from ``defaults``.
-
-    Raises:
-        ValueError: ``backend`` is not one of :data:`BACKEND_NAMES` (the message names it).
-
-    Example:
-        >>> applicable({"top_k": "20", "neuron.modes": "['device']"},
-        ...            {"top_k": "20", "neuron.modes": "['device']"}, "cpu")
-        {'top_k': '20'}
-        >>> applicable({"top_k": "20", "neuron.modes": "['runtime']"},
-        ...            {"top_k": "20", "neuron.modes": "['device']"}, "cpu")
-        {'top_k': '20', 'neuron.modes': "['runtime']"}
-    """
-    if backend not in BACKEND_NAMES:
-        raise ValueError(
-            f"unknown backend {backend!r}: expected the backend a window was captured with, "
-            f"one of {', '.join(map(repr, BACKEND_NAMES))}"
-        )
-    return {
-        key: value
-        for key, value in params.items()
-        if defaults.get(key) != value or backend == "neuron" or not key.startswith("neuron.")
-    }
 
 
 def parse_size(value: Any) -> int | None:
