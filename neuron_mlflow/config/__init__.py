@@ -1,7 +1,8 @@
 """Configuration: :class:`ProfilerConfig` and its nested models.
 
-The fields, their sources and precedence are in docs/configuration.md. Every invalid value
-raises :class:`~neuron_mlflow.errors.ConfigError` naming the field, the value and what is allowed.
+The fields, their sources and precedence are in docs/configuration.md; which of them a
+window's MLflow params hold, in docs/metrics.md. Every invalid value raises
+:class:`~neuron_mlflow.errors.ConfigError` naming the field, the value and what is allowed.
 
 Example:
     >>> from neuron_mlflow import ProfilerConfig, Schedule
@@ -17,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,8 +26,6 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from neuron_mlflow.config.params import flatten, parse_size
-from neuron_mlflow.config.triggers import SlowSteps
 from neuron_mlflow.config.validation import _StrictModel, _validate_readably
 from neuron_mlflow.errors import ConfigError
 
@@ -39,6 +38,57 @@ CONFIG_FILE_ENV = "NEURON_MLFLOW_CONFIG"
 """Environment variable naming a YAML file with ``ProfilerConfig`` fields."""
 
 ENV_PREFIX = "NEURON_MLFLOW_"
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    **{f"{prefix}B": 1000 ** (power + 1) for power, prefix in enumerate("KMGT")},
+    **{f"{prefix}IB": 1024 ** (power + 1) for power, prefix in enumerate("KMGT")},
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def flatten(document: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested ``model_dump(mode="json")`` output as ``{"a.b": "value"}``, every leaf a string.
+
+    Example:
+        >>> flatten({"schedule": {"active": 3}, "top_k": 20})
+        {'schedule.active': '3', 'top_k': '20'}
+    """
+    out: dict[str, str] = {}
+    for key, value in document.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = str(value)
+    return out
+
+
+def parse_size(value: Any) -> int | None:
+    """A byte count from an int or a string such as ``"500MB"``, ``"2 GiB"``, ``"1048576"``.
+
+    ``None``, ``""`` and ``"none"`` mean no limit (``None``). Decimal units are powers of
+    1000 (KB, MB, GB, TB), binary ones powers of 1024 (KiB, MiB, GiB, TiB).
+
+    Raises:
+        ValueError: the value is not a size; the message names it and the accepted forms.
+
+    Example:
+        >>> parse_size("500MB"), parse_size("1 GiB"), parse_size(4096)
+        (500000000, 1073741824, 4096)
+    """
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        if value.strip().lower() in {"", "none"}:
+            return None
+        match = _SIZE.match(value)
+        if match and match.group(2).upper() in _UNITS:
+            return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    raise ValueError(
+        f"{value!r} is not a size in bytes: write a whole number of bytes (1048576) or a number"
+        " with a unit (500MB, 2GiB; KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024)"
+    )
 
 
 def config_file_problem(path: str | Path, named_by: str = CONFIG_FILE_ENV) -> str | None:
@@ -172,6 +222,39 @@ class NeuronOptions(_StrictModel):
         return compact
 
 
+class SlowSteps(_StrictModel):
+    """Take a window when steps slow down (the rule: docs/on-demand.md).
+
+    Example:
+        >>> SlowSteps().factor, SlowSteps().min_steps
+        (1.5, 5)
+        >>> try:
+        ...     SlowSteps(min_steps=300)
+        ... except ValueError as err:
+        ...     print(str(err).splitlines()[1][:60])
+          (root): got {'min_steps': 300}; Value error, min_steps=300
+    """
+
+    factor: float = Field(1.5, gt=1.0, le=1000, description="slow = median above factor x baseline")
+    baseline_steps: int = Field(
+        200, ge=2, le=100_000, description="steps of the running baseline median (steps)"
+    )
+    min_steps: int = Field(5, ge=1, description="recent steps whose median is compared (steps)")
+    max_windows: int = Field(3, ge=0, description="triggered windows per job at most (count)")
+    cooldown_steps: int = Field(
+        1000, ge=0, description="steps between the starts of two triggered windows (steps)"
+    )
+
+    @model_validator(mode="after")
+    def _recent_below_baseline(self) -> SlowSteps:
+        if self.min_steps >= self.baseline_steps:
+            raise ValueError(
+                f"min_steps={self.min_steps} must be below baseline_steps="
+                f"{self.baseline_steps} (the recent steps are compared with a longer baseline)"
+            )
+        return self
+
+
 class ProfilerConfig(BaseSettings):
     """Everything that shapes a profiling window and where its results go.
 
@@ -191,8 +274,7 @@ class ProfilerConfig(BaseSettings):
         strict: re-raise failures of neuron-mlflow's own code instead of warning (for tests).
         upload_timeout_s: how long ``wait()`` and a process's exit wait for the uploads.
         poll_s: how often capture requests are read (docs/on-demand.md); ``0``: off.
-        trigger: :class:`~neuron_mlflow.config.triggers.SlowSteps`: take a window when
-            steps slow down; ``None``: off.
+        trigger: :class:`SlowSteps`: take a window when steps slow down; ``None``: off.
         capture_signal: the signal that asks for a window (``SIGUSR2``); ``None``: off.
         max_request_steps: the most steps (recorded or warm-up) a request may ask for.
 
