@@ -46,9 +46,6 @@ class LiveWindow:
     """A running window: its profiler and what it has recorded so far.
 
     Attributes:
-        window: the scheduled window.
-        backend: the backend that captures it.
-        config: the effective configuration.
         staging: the window's staging folder in the spool.
         trace_dir: where the backend writes this rank's trace (under ``staging``).
         recorded_steps: steps recorded so far; ``last_recorded`` the last one's number.

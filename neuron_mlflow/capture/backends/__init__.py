@@ -37,7 +37,6 @@ def resolve_backend(name: str, config: ProfilerConfig | None = None) -> BaseBack
     """Return a ready backend for ``name`` (``auto``, ``neuron``, ``cuda`` or ``cpu``).
 
     Args:
-        name: the backend name.
         config: the profiling configuration the backend serves (Neuron options, tags).
 
     Raises:

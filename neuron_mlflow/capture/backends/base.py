@@ -61,7 +61,6 @@ class BaseBackend(abc.ABC):
         """Extra keyword arguments for ``torch.profiler.profile`` (e.g. ``experimental_config``).
 
         Args:
-            config: the profiling configuration.
             output_dir: the window's trace folder, where the backend writes its output.
         """
         return {}

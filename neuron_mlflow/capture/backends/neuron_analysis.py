@@ -112,8 +112,6 @@ def analyze_window(
 
     Args:
         prefix: the metric prefix ``P``.
-        summary: the window's summary.
-        device_busy_pct: the device's busy share of its span, when known.
         trace_dir: the window's Neuron output (the profile tree).
         out_dir: where ``neuron_summary.json`` goes (the window's artifact folder).
         mode: ``neuron.explorer_summary``: ``auto``, ``always`` or ``never``.

@@ -77,8 +77,8 @@ def read_device_times(events: Iterable[Any]) -> DeviceTimes:
     """Read device time from ``prof.events()`` (torch ``FunctionEvent`` objects).
 
     Args:
-        events: the window's events, e.g. ``prof.events()`` (call it off the training
-            thread: torch builds its event tree on first use).
+        events: the window's ``prof.events()`` (torch builds its event tree on first use:
+            the Neuron backend reads it only for a trace without device events).
 
     Returns:
         Device time per launching operator and per kernel, only for the marked steps.
