@@ -13,12 +13,13 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,7 +27,6 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from neuron_mlflow.config.validation import _StrictModel, _validate_readably
 from neuron_mlflow.errors import ConfigError
 
 BackendName = Literal["auto", "neuron", "cuda", "cpu"]
@@ -89,6 +89,70 @@ def parse_size(value: Any) -> int | None:
         f"{value!r} is not a size in bytes: write a whole number of bytes (1048576) or a number"
         " with a unit (500MB, 2GiB; KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024)"
     )
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return sorted(model.model_fields)
+
+
+def config_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
+    """pydantic's ``ValidationError`` of ``model`` as a :class:`ConfigError`: each line names
+    the field (dotted path), the value received and what is allowed.
+
+    Example:
+        >>> from pydantic import BaseModel, Field, ValidationError
+        >>> class Steps(BaseModel):
+        ...     active: int = Field(ge=1)
+        >>> try:
+        ...     Steps(active=0)
+        ... except ValidationError as exc:
+        ...     print(config_error(Steps, exc))
+        invalid Steps:
+          active: got 0; Input should be greater than or equal to 1
+    """
+    lines = [f"invalid {model.__name__}:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(_fields_at(model, tuple(err["loc"][:-1]))) or "none"
+            got = err["input"]
+            lines.append(f"  {loc}: unknown field (got {got!r}); allowed fields: {allowed}")
+        else:
+            lines.append(f"  {loc}: got {err['input']!r}; {err['msg']}")
+    return ConfigError("\n".join(lines), errors=exc.errors())
+
+
+_VALIDATING = contextvars.ContextVar("neuron_mlflow_validating", default=False)
+
+
+def _validate_readably(model: BaseModel, init: Any, data: dict[str, Any]) -> None:
+    """Run pydantic's ``__init__``; the outermost model turns errors into ``ConfigError``
+    (nested ones re-raise, so that it names every bad field with its full dotted path)."""
+    if _VALIDATING.get():
+        init(**data)
+        return
+    token = _VALIDATING.set(True)
+    try:
+        init(**data)
+    except ValidationError as exc:
+        raise config_error(type(model), exc) from None
+    finally:
+        _VALIDATING.reset(token)
+
+
+class _StrictModel(BaseModel):
+    """Base of the nested models: unknown fields are errors, messages are readable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __init__(self, **data: Any) -> None:
+        _validate_readably(self, super().__init__, data)
 
 
 def config_file_problem(path: str | Path, named_by: str = CONFIG_FILE_ENV) -> str | None:
