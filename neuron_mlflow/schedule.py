@@ -123,7 +123,6 @@ def next_window_start_skipping(schedule: Schedule, skip: set[int], step: int) ->
     """Like :func:`next_window_start`, passing over windows whose index is in ``skip``.
 
     Example:
-        >>> from neuron_mlflow.config import Schedule
         >>> s = Schedule(warmup=0, active=2, repeat=3)
         >>> next_window_start_skipping(s, {0}, 0)
         2
