@@ -12,9 +12,7 @@ Example:
 import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-# Public name -> the module that holds it. Loaded on first use, so that importing one
-# module (``neuron_mlflow.trace.summarize`` for the CLI's ``summarize``, say) pulls in only
-# what it needs, not pydantic or Lightning.
+# Public name -> the module that holds it, imported on first use (``__getattr__``).
 _EXPORTS = {
     "BackendUnavailableError": "neuron_mlflow.errors",
     "ConfigError": "neuron_mlflow.errors",

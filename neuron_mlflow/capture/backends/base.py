@@ -35,7 +35,6 @@ class BaseBackend(abc.ABC):
         name: the ``ProfilerConfig.backend`` value that selects it.
         device_label: column label of device time (``CUDA``, ``NEURON``), ``None`` if CPU-only.
         device_activity: the device's ``ProfilerActivity`` member name, ``None`` if CPU-only.
-        config: the profiling configuration it serves.
     """
 
     name: ClassVar[str]
