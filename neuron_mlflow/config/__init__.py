@@ -103,19 +103,7 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 
 def config_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
     """pydantic's ``ValidationError`` of ``model`` as a :class:`ConfigError`: each line names
-    the field (dotted path), the value received and what is allowed.
-
-    Example:
-        >>> from pydantic import BaseModel, Field, ValidationError
-        >>> class Steps(BaseModel):
-        ...     active: int = Field(ge=1)
-        >>> try:
-        ...     Steps(active=0)
-        ... except ValidationError as exc:
-        ...     print(config_error(Steps, exc))
-        invalid Steps:
-          active: got 0; Input should be greater than or equal to 1
-    """
+    the field (dotted path), the value received and what is allowed."""
     lines = [f"invalid {model.__name__}:"]
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
