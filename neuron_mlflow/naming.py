@@ -47,13 +47,7 @@ STEP_INTERFERENCE_KEY = "neuron_mlflow_step_interference"
 
 
 def safe_op_key(name: str) -> str:
-    """Make an op name safe for a metric key, before de-duplication (docs/metrics.md).
-
-    Example:
-        >>> safe_op_key("aten::mul")
-        'aten.mul'
-        >>> safe_op_key("Torch-Compiled Region: 0/0")
-        'Torch-Compiled_Region_0_0'"""
+    """Make an op name safe for a metric key, before de-duplication (docs/metrics.md)."""
     return _UNSAFE_RUN.sub("_", name.replace("::", ".")).strip("_.")
 
 

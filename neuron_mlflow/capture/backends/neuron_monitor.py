@@ -41,12 +41,7 @@ def monitor_path() -> str | None:
 
 
 def monitor_config(period_s: float) -> dict[str, Any]:
-    """The config file's content: every group, every runtime on the host, one period.
-
-    Example:
-        >>> monitor_config(5.0)["period"]
-        '5s'
-    """
+    """The config file's content: every group, every runtime on the host, one period."""
     return {
         "period": f"{period_s:g}s",
         "neuron_runtimes": [
