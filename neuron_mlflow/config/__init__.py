@@ -145,14 +145,7 @@ class _StrictModel(BaseModel):
 
 def config_file_problem(path: str | Path, named_by: str = CONFIG_FILE_ENV) -> str | None:
     """Why ``path`` cannot be the YAML file of ``ProfilerConfig`` fields (one line naming
-    ``named_by``, the variable or an option such as ``--config``); None when it is a file.
-
-    Example:
-        >>> print(config_file_problem("/nowhere/p.yaml", "--config").split(";")[0])
-        --config names a file that does not exist: '/nowhere/p.yaml'
-        >>> config_file_problem(__file__) is None
-        True
-    """
+    ``named_by``, the variable or an option such as ``--config``); None when it is a file."""
     where = Path(path)
     if where.is_file():
         return None
