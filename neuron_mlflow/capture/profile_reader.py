@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_mlflow.naming import CALL_MARKER_PREFIX as CALL_MARKER_PREFIX
-from neuron_mlflow.summary.ops import OpSummary
+from neuron_mlflow.summary.ops import OpSummary, build_summary
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
 NOT_TRACES = {"summary.json", "manifest.json", "op_keys.json"}
@@ -124,7 +124,6 @@ def read_window_trace(trace_dir: Path, device_label: str | None) -> CapturedStat
     Raises:
         TraceFormatError: the trace is truncated or malformed.
     """
-    from neuron_mlflow.summary.ops import build_summary
     from neuron_mlflow.trace.summarize import summarize_trace
 
     path = window_trace(trace_dir)

@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from neuron_mlflow.capture.profile_reader import CapturedStats, read_window_trace
+
 if TYPE_CHECKING:
     import torch.profiler
 
     from neuron_mlflow.capture.backends.neuron_analysis import DeviceAnalysis
-    from neuron_mlflow.capture.profile_reader import CapturedStats
     from neuron_mlflow.config import ProfilerConfig
     from neuron_mlflow.summary.ops import OpSummary
 
@@ -84,8 +85,6 @@ class BaseBackend(abc.ABC):
         """The window read from its own trace (``stats.summary``, off the training thread),
         and where its device time comes from: ``trace`` or ``none`` (``None`` for a backend
         without device time)."""
-        from neuron_mlflow.capture.profile_reader import read_window_trace
-
         stats = read_window_trace(trace_dir, self.device_label)
         if self.device_label is None:
             return stats, None

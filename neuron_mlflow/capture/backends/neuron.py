@@ -29,12 +29,12 @@ from neuron_mlflow.capture.backends.neuron_device_time import (
     read_device_times,
     with_device_times,
 )
+from neuron_mlflow.capture.profile_reader import CapturedStats
 from neuron_mlflow.summary.ops import OpSummary
 
 if TYPE_CHECKING:
     import torch.profiler
 
-    from neuron_mlflow.capture.profile_reader import CapturedStats
     from neuron_mlflow.config import ProfilerConfig
 
 log = logging.getLogger("neuron_mlflow")
@@ -235,7 +235,6 @@ class NeuronBackend(BaseBackend):
         """Summarise the window whose output is in ``trace_dir`` (off the training thread):
         device time from the trace's device events, else from what :meth:`export_trace` kept.
         """
-        from neuron_mlflow.capture.profile_reader import CapturedStats
         from neuron_mlflow.trace.summarize import summarize_trace
 
         notes: list[str] = []  # why numbers are absent: the window's, not the backend's
