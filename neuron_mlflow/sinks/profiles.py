@@ -1,8 +1,6 @@
-"""Read run profiles back from MLflow: the metric prefixes of a run, its latest window's ops
-and every window's per-step samples (``steps.jsonl``, else ``summary.json``, else the metric
-history: ``docs/comparing.md``, "What is kept"). Only what MLflow says does not exist is read
-as absent: any other failure is raised as an ``MlflowException``, never a verdict from part of
-a run's windows.
+"""Read run profiles back from MLflow (what is read: docs/comparing.md, "What is kept"). Only
+what MLflow says does not exist is absent: any other failure is raised as an
+``MlflowException``, never a verdict from part of a run's windows.
 
 Example:
     >>> profile_prefixes(["profile/op_calls", "loss"])
@@ -39,8 +37,7 @@ T = TypeVar("T")
 
 @contextlib.contextmanager
 def quiet_downloads() -> Iterator[None]:
-    """MLflow's artifact download progress bars off while reading a run's small files (a
-    bar each, on stderr, otherwise). Restores the variable as it was.
+    """MLflow's artifact download progress bars (one per file, on stderr) off in the block.
 
     Example:
         >>> import os
@@ -61,9 +58,8 @@ def quiet_downloads() -> Iterator[None]:
 
 
 def is_not_found(exc: BaseException) -> bool:
-    """Whether an MLflow error says that the thing asked for does not exist (error code
-    ``RESOURCE_DOES_NOT_EXIST``); any other error (a server that fails or cannot be reached)
-    is a failure, not a wrong id.
+    """Whether an MLflow error says ``RESOURCE_DOES_NOT_EXIST`` (any other error is a failure
+    of the server, not a wrong id).
 
     Example:
         >>> from mlflow.exceptions import MlflowException
@@ -109,8 +105,8 @@ def profile_prefixes(metric_names: Iterable[str]) -> list[str]:
 
 
 def _unless_missing(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
-    """``call(*args, **kwargs)``, or None when MLflow says the thing does not exist; any
-    other failure is raised as an ``MlflowException``.
+    """``call(*args, **kwargs)``, None when MLflow says it does not exist, any other failure
+    an ``MlflowException``.
 
     Example:
         >>> from mlflow.exceptions import MlflowException
@@ -261,8 +257,8 @@ def _read_run(
 
 
 def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProfile:
-    """Read the profile of ``run_id`` (under ``prefix``, or the run's only/first one): the
-    latest values, and the samples of every window (module docstring).
+    """The profile of ``run_id`` under ``prefix`` (default: its first): the latest values and
+    every window's samples.
 
     Raises:
         CompareError: the run does not exist or has no profile metrics.
@@ -310,8 +306,8 @@ def load_profile(client: Any, run_id: str, prefix: str | None = None) -> RunProf
 def load_profiles(
     client: Any, run_ids: Iterable[str], prefix: str | None = None
 ) -> dict[str, RunProfile]:
-    """The profiles of ``run_ids`` (each once) by run: under ``prefix``, or, when the runs'
-    first prefixes differ, under the first prefix they all have (if any).
+    """The profiles of ``run_ids`` by run: under ``prefix``, else each run's first, or, when
+    those differ, the first prefix they all have (if any).
 
     Raises:
         CompareError: a run does not exist or has no profile metrics.
