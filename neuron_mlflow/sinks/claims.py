@@ -28,9 +28,8 @@ from pathlib import Path
 LOCK = ".lock"
 """The lock file in a window's folder (never uploaded: it is outside ``artifacts/``)."""
 QUEUE = ".queue"
-"""The worker's queue under the spool root: one job file per window a training process
-handed to its worker process (the window's record; a job of schema 2 names its folder as
-``window``)."""
+"""The worker's queue under the spool root: one job file per window, its record (a job of
+schema 2 names its folder as ``window``)."""
 WORKER_LOCK = ".worker.lock"
 """Held by the spool's worker process while it runs."""
 
@@ -65,18 +64,12 @@ def release(held: Claim | None) -> None:
 
 
 def claim(folder: Path) -> Claim | None:
-    """Claim the window at ``folder`` for this process, without waiting.
-
-    Returns:
-        The claim, or ``None`` when another claim on the folder is held (by a running job,
-        or a ``sync`` in another terminal).
-    """
+    """Claim the window at ``folder`` without waiting; ``None`` when another process holds it."""
     return claim_file(folder / LOCK)
 
 
 def claim_file(path: Path) -> Claim | None:
-    """An exclusive ``flock`` on the file ``path`` (created), without waiting; ``None`` when
-    another process holds it."""
+    """:func:`claim` of the lock file ``path`` (created)."""
     fd = _lock(path, create=True)
     if fd is None:
         return None
@@ -133,10 +126,9 @@ def worker_running(root: Path) -> bool:
 
 
 def remove_if_free(path: Path) -> bool:
-    """Remove the lock file ``path`` unless another process holds it; True when it is gone
-    (removed now, or missing). It is removed while this process holds it: a process that
-    opened it meanwhile finds it removed once it has the lock, and takes a new one
-    (:func:`claim_file`).
+    """Remove the lock file ``path`` unless another process holds it; True when it is gone.
+    It is removed under our lock: a process that opened it meanwhile sees it removed once it
+    has the lock, and takes a new one (:func:`_lock`).
 
     Example:
         >>> import tempfile
@@ -167,8 +159,8 @@ def queued_jobs(root: Path) -> list[Path]:
 
 
 def queued_for_worker(root: Path) -> set[Path]:
-    """The window folders queued for a running worker process (it finishes them: ``sync``
-    leaves them alone); empty when no worker runs (then ``sync`` takes them)."""
+    """The window folders queued for a running worker process (``sync`` leaves them to it);
+    empty when no worker runs."""
     jobs = queued_jobs(root)
     if not jobs or not worker_running(root):
         return set()
