@@ -1,11 +1,10 @@
-"""Is the tracking server there? A short, cached check, and bounded MLflow HTTP calls.
+"""Is the tracking server there? A short check, cached per process and URI (a failure for a
+back-off that doubles: docs/spool.md), and MLflow's minutes of HTTP retries bounded for our
+calls (:func:`bounded_http`).
 
-For an HTTP(S) tracking URI the check is ``GET <uri>/health``: a plain TCP connect is not
-enough (a proxy can accept the connection and answer 503, or never answer). SQLite, file and
-SQLAlchemy database stores get a check of their own; other stores are assumed reachable. The
-answer is cached per process and URI, a failure for a back-off that doubles, so a sick server
-costs one short check now and then, never a stall (the numbers: docs/spool.md). MLflow's own
-client retries a failing call for minutes; :func:`bounded_http` lowers that for our calls.
+For HTTP(S) the check is ``GET <uri>/health``, not a TCP connect (a proxy can accept the
+connection and answer 503, or never answer); SQLite, file and SQLAlchemy database stores get
+their own; other stores are assumed reachable.
 
 Example:
     >>> import tempfile
@@ -121,7 +120,6 @@ def check_reachable(uri: str, timeout_s: float | None = None, *, cached: bool = 
     """Raise ``ConnectionError`` unless the tracking store at ``uri`` answers (cached).
 
     Args:
-        uri: the tracking URI.
         timeout_s: timeout of the check itself (seconds); default :data:`HEALTH_TIMEOUT_S`.
         cached: ``False`` checks now, ignoring (but updating) the cache.
 
@@ -170,9 +168,8 @@ _env_lock = threading.RLock()
 def bounded_http() -> Iterator[None]:
     """Cap MLflow's HTTP timeout and retries (:data:`HTTP_BOUNDS`) while the block runs.
 
-    MLflow reads these settings from the environment at each call, so they are set in
-    ``os.environ`` for the duration of the block (a user's lower value is kept) and restored
-    after. Blocks nest and are serialised by a lock.
+    MLflow reads them from ``os.environ`` at each call: they are set there for the block (a
+    user's lower value is kept), then restored. Blocks nest and are serialised by a lock.
 
     Example:
         >>> import os
