@@ -90,8 +90,7 @@ class WindowRecord:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        """A read-only snapshot of the record as plain JSON data (see
-        :func:`~neuron_mlflow.sinks.window_record.window_view`)."""
+        """A read-only snapshot of the record as plain JSON data (:func:`window_view`)."""
         return window_view(self.window)
 
     @property
@@ -218,7 +217,6 @@ class Spool:
         Args:
             session_dir: from :meth:`new_session_dir`.
             artifact_path: ``P/step_<first>-<last>``; also the folder's path in the session.
-            status: initial status.
             staged: a folder whose ``artifacts/`` (a capture's traces) the window takes over.
             claimed: the record holds this process's claim (see :meth:`place`).
             **fields: more fields of the :class:`Window` record (metrics, params, tags,
