@@ -73,8 +73,6 @@ class Window(msgspec.Struct, kw_only=True):
     """One window: what it is, where it goes, what it holds, how far it got.
 
     Attributes:
-        schema_version: :data:`SCHEMA_VERSION`.
-        state: see :class:`WindowState`.
         artifact_path: ``P/step_<first>-<last>``: the folder in the spool and in the run.
         session: the session folder it belongs to (directly under the spool's root).
         created: when it ended (UTC, ISO 8601); ``captured_ms`` the metrics' timestamp.
@@ -216,9 +214,7 @@ def _enc_hook(obj: Any) -> Any:
 
 
 def _dec_hook(kind: type, obj: Any) -> Any:
-    if kind is ProfilerConfig:
-        return ProfilerConfig.model_validate(obj)  # a ValueError: msgspec names the field
-    raise NotImplementedError(f"cannot decode {kind}")
+    return ProfilerConfig.model_validate(obj)  # its only such type; msgspec names a bad field
 
 
 _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
