@@ -60,15 +60,13 @@ class MlflowSink:
 
     def run_for(self, records: list[WindowRecord], verify: bool = False) -> str:
         """The run a group of windows (one :func:`group_key`) goes into, chosen once per
-        group by this sink: the run the training thread knew (with ``verify``, only if it
-        still exists on the server, as ``sync`` asks), else the job's run (created once,
-        found again by its tag :data:`JOB_TAG`: every rank's windows of one offline job, and
-        a sync started again after a crash, find the same run).
+        group: the run the training thread knew (with ``verify``, only if it still exists),
+        else the job's run, created once and found again by its tag :data:`JOB_TAG` (by
+        every rank of an offline job, and by a sync started again after a crash).
 
         A group without a job id gets one derived from its key, written into every record
-        before the run is created, so a later ``sync`` (after a crash, or for windows a
-        running job still held) finds the same run. A window whose run was gone keeps it as
-        ``original_run_id``.
+        before the run is created, so that a later ``sync`` finds the same run. A window
+        whose run was gone keeps it as ``original_run_id``.
         """
         key = group_key(records[0])
         first = records[0].window
@@ -106,11 +104,7 @@ class MlflowSink:
 
     def experiment_id(self, experiment_name: str | None, experiment_id: str | None = None) -> str:
         """The id of ``experiment_name`` (created if missing), else ``experiment_id``, else
-        MLflow's current default.
-
-        The default follows ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID`` and
-        ``mlflow.set_experiment``; without them it is experiment ``0``.
-        """
+        MLflow's current default (``MLFLOW_EXPERIMENT_NAME``/``_ID``, ``set_experiment``, 0)."""
         if experiment_name:
             with reachability.bounded_http():
                 experiment = self.client.get_experiment_by_name(experiment_name)
