@@ -115,17 +115,9 @@ def _clean_claimed(record: WindowRecord, holding: Path | None, report: PruneRepo
 
 def cleanup_after_upload(window_dir: Path, keep_local: bool, local_max_bytes: int | None) -> None:
     """After MLflow confirmed a window's upload: remove its trace files (unless
-    ``keep_local``), then hold the spool to ``local_max_bytes`` (oldest uploaded first).
-
-    Call it from the process that holds the window's claim, once its manifest says
-    ``done``. A window that is not ``done`` keeps everything. Never raises for a window or
-    file that is gone.
-
-    Args:
-        window_dir: the window's spool folder (``WindowRecord.path``).
-        keep_local: ``ProfilerConfig.keep_local``.
-        local_max_bytes: ``ProfilerConfig.local_max_bytes`` (``None``: no cap).
-    """
+    ``keep_local``), then hold the spool to ``local_max_bytes`` (``None``: no cap; the oldest
+    uploaded first). For the process that holds the window's claim; a window not ``done``
+    keeps everything, and a window or file that is gone is no error."""
     if not (window_dir / MANIFEST).is_file():
         return
     record = WindowRecord.load(window_dir)
