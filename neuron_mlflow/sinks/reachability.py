@@ -150,11 +150,7 @@ def _message(uri: str, why: str) -> str:
 
 
 def forget(uri: str | None = None) -> None:
-    """Drop the cached answer for ``uri`` (all URIs when ``None``), e.g. before a sync.
-
-    Example:
-        >>> forget()
-    """
+    """Drop the cached answer for ``uri`` (all URIs when ``None``), e.g. before a sync."""
     if uri is None:
         _cache.clear()
     else:
@@ -170,12 +166,6 @@ def bounded_http() -> Iterator[None]:
 
     MLflow reads them from ``os.environ`` at each call: they are set there for the block (a
     user's lower value is kept), then restored. Blocks nest and are serialised by a lock.
-
-    Example:
-        >>> import os
-        >>> with bounded_http():
-        ...     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
-        '2'
     """
     with _env_lock:
         saved = {name: os.environ.get(name) for name in HTTP_BOUNDS}
