@@ -89,8 +89,7 @@ def parse_request(text: str, source: str, max_steps: int, id_salt: str = "") -> 
     ``<source>-<digest of the text and id_salt>``.
 
     Raises:
-        BadRequest: malformed JSON, not an object, unknown keys, a bad id, steps below 1 or
-            above ``max_steps``, warmup below 0 or above ``max_steps``, at_step below 0.
+        BadRequest: not a valid request (the message says why; ``request_id`` is its id).
     """
     fallback = f"{source}-{hashlib.sha1((text + id_salt).encode()).hexdigest()[:8]}"
     stripped = text.strip()
@@ -179,16 +178,11 @@ class OnDemand:
     """Requests and the slow-step trigger of one front end on one rank (see module doc).
 
     Args:
-        config: ``poll_s``, ``trigger``, ``capture_signal``, ``max_request_steps``,
-            ``local_dir``, the schedule's ``warmup``/``active`` (the defaults of a request).
-        prefix: the metric prefix of the windows (``profile/train``).
-        rank, world_size: this process's place in the job.
-        request: asks the engine for a window (``request_window(steps, warmup, start,
-            reason)``); raises ``WindowRequestRefused``.
+        request: ``request_window(steps, warmup, start, reason)``; raises
+            ``WindowRequestRefused``.
         busy: True while a window is open.
         current_step: the number of the next step (read by the background thread).
         run: the run to poll (``None`` while unknown).
-        tracking_uri: the tracking server (``None``: what MLflow resolves).
     """
 
     def __init__(
@@ -254,10 +248,8 @@ class OnDemand:
         return self
 
     def close(self) -> None:
-        """Put the signal's previous handler back and stop the background thread (after one
-        last poll that writes the answers back). Waits at most 10 s when there are answers to
-        give, else at most :data:`STOP_S` (a poll under way finishes): a server that stopped
-        answering does not hold up the end of the job."""
+        """Put the signal's previous handler back and stop the background thread after one
+        last poll; waits at most 10 s for answers to give, else :data:`STOP_S`."""
         _uninstall_signal(self)
         self._stop.set()
         thread, self._thread = self._thread, None
@@ -470,6 +462,7 @@ class OnDemand:
         if run_id is None:
             return
         import mlflow
+        from mlflow.entities import Metric, RunTag
 
         from neuron_mlflow.sinks.reachability import bounded_http, check_reachable, forget
 
@@ -478,11 +471,8 @@ class OnDemand:
             check_reachable(uri)
         except ConnectionError:
             return  # the answers wait in the outbox until the server is back
-        from mlflow import MlflowClient
-        from mlflow.entities import Metric, RunTag
-
         if self._client is None:
-            self._client = MlflowClient(uri)
+            self._client = mlflow.MlflowClient(uri)
         client = self._client
         try:
             with bounded_http():
