@@ -1,8 +1,5 @@
-"""The guard around our own code: a failure of neuron-mlflow never stops the user's job.
-
-A failure becomes one log record on the ``neuron_mlflow`` logger and one
-:class:`~neuron_mlflow.errors.NeuronMlflowWarning` attributed to the user's line; under
-``python -W error`` the report goes to stderr instead of raising. ``strict=True`` re-raises.
+"""The guard around our own code: a failure of neuron-mlflow never stops the user's job; it
+is reported instead (docs/spool.md, "Never hurting the training job").
 
 Example:
     >>> import warnings

@@ -1,9 +1,5 @@
-"""What makes timings noisy on a shared host, measured around one window.
-
-:func:`sample_host_load` at the window's open and close (one read of ``/proc/stat``), then
-:func:`host_load_tags` makes the window's tags (``naming.HOST_LOAD_TAGS``): the load average,
-the CPU steal share between the samples (a VM's vCPUs waiting for the hypervisor), the CPU
-count and torch's threads. ``neuron-mlflow compare`` warns when two sides' loads differ.
+"""What makes timings noisy on a shared host, sampled at a window's open and close: the
+window's ``naming.HOST_LOAD_TAGS``, which ``compare`` reads (docs/comparing.md).
 
 Example:
     >>> start = sample_host_load()

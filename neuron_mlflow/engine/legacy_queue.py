@@ -1,8 +1,5 @@
-"""Queued jobs of the release before one record (``schema_version`` 2), read as records.
-
-Such a job held the window's end facts (``end``), its staging folder the record drafted when
-the window opened (``draft.json``); :func:`legacy_job` completes the draft as that release
-did, so a spool it left still syncs (docs/spool.md). Nothing here writes the old files.
+"""Queued jobs of schema 2 (the window's end facts; its record drafted in ``draft.json``),
+completed into records as that release did, so its spool still syncs (docs/spool.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """One pipeline for every window: summarise -> write files -> upload -> clean up.
 
-:func:`finish_window` takes a window in place (its record, :class:`~neuron_mlflow.sinks.
-spool.WindowRecord`) and nothing else, so the same trace gives the same numbers in the worker
-process (every live window) and in ``neuron-mlflow sync`` (a window no worker finished). Each
-step is skipped when the record says it is done, and its outcome is written into the record.
+:func:`finish_window` reads the window's record and nothing else, so the worker process and
+``sync`` give the same trace the same numbers (docs/spool.md).
 
 Example:
     >>> import tempfile
@@ -107,9 +105,8 @@ def finish_window(
 
 
 def clean_up(record: WindowRecord) -> None:
-    """After MLflow confirmed the window: its trace files leave the spool (unless
-    ``keep_local``; without a config, as an ingested window: they leave), and the spool is
-    held to ``local_max_bytes``. Call it while holding the window's claim."""
+    """After MLflow confirmed the (claimed) window: its traces leave the spool unless
+    ``keep_local``, and the spool is held to ``local_max_bytes``."""
     config = record.window.config
     keep_local, cap = (config.keep_local, config.local_max_bytes) if config else (False, None)
     cleanup_after_upload(record.path, keep_local, cap)

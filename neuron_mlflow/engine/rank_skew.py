@@ -1,8 +1,6 @@
-"""The skew across ranks of one window, computed by rank 0's worker from the ranks' metrics.
-
-Every rank's worker logs its own ``P/rank/<r>/device_time_us`` (or ``cpu_time_us``); rank
-0's worker reads them back and logs ``P/rank/max_over_median_time``, the slowest rank's time
-over the median rank's (1.0: balanced). No training thread and no rank waits for another.
+"""The skew across ranks of one window: rank 0's worker reads every rank's
+``P/rank/<r>/device_time_us`` (or ``cpu_time_us``) from the run and logs
+``P/rank/max_over_median_time`` (1.0: balanced); no rank waits for another.
 
 Example:
     >>> skew_of([100.0, 110.0, 150.0])

@@ -1,8 +1,5 @@
-"""Which MLflow run a step-driven front end logs to when its framework names none.
-
-A run made here is ``RUNNING`` until its front end's loop ends (:func:`end_run`):
-``FINISHED``, or ``FAILED`` when the loop raised. One still open when the process exits is
-ended then (``FAILED`` after an uncaught exception); a killed process leaves it ``RUNNING``.
+"""Which MLflow run a step-driven front end logs to when its framework names none, and its
+end (``FINISHED``, ``FAILED``: docs/autolog.md).
 
 Example:
     >>> import mlflow

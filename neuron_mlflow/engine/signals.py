@@ -1,10 +1,5 @@
-"""SIGTERM (spot reclaim, a scheduler's preemption): the open window is kept before we go.
-
-:func:`install` puts a SIGTERM handler in front of the one in place. On SIGTERM it spools
-every open window as partial, waits at most :data:`SUMMARY_WAIT_S` for their summaries, then
-runs the previous handler (with the default one the process dies of SIGTERM, as it would
-have). :func:`uninstall` puts the previous handler back (a session's ``close()``, when no
-window is open in the process).
+"""SIGTERM (spot reclaim, a scheduler's preemption): the open windows are spooled as partial,
+then the previous handler runs (the default one: the process dies of SIGTERM, as it would).
 
 Example:
     >>> import signal

@@ -1,8 +1,5 @@
-"""``sync``: finish the spool's windows that no worker process finished.
-
-When the worker does not get to a queued window (a crash before it started, a worker out of
-time), :func:`sync_pending` puts it in place the same way and finishes every pending window
-with the worker's pipeline: the same trace gives the same metrics either way.
+"""``sync``: finish the spool's windows that no worker process finished, with the worker's
+pipeline (docs/spool.md).
 
 Example:
     >>> import tempfile
@@ -104,8 +101,8 @@ def sync_pending(
 
 
 def drop_finished_jobs(local_dir: str | Path) -> list[Path]:
-    """Drop the queued jobs whose window is in place and uploaded (by this ``sync``, or an
-    earlier one), unless a worker runs (it drops its own). Returns the job files dropped.
+    """Drop the queued jobs whose window is in place and uploaded, unless a worker runs (it
+    drops its own). Returns the job files dropped.
 
     Example:
         >>> import tempfile
@@ -135,8 +132,7 @@ _SESSION = re.compile(r"\d{8}T\d{6}Z_(?P<host>.+)_pid(?P<pid>\d+)_\d+")
 
 
 def _process_gone(session: str) -> bool:
-    """True when the process that made the session folder ``session`` ran on this host and
-    has ended (False when unsure: another host, a name of another form, no permission)."""
+    """True when the session's process ran on this host and has ended (False when unsure)."""
     match = _SESSION.fullmatch(session)
     if match is not None and match["host"] == socket.gethostname():
         try:
@@ -149,9 +145,8 @@ def _process_gone(session: str) -> bool:
 
 
 def remove_abandoned_captures(local_dir: str | Path) -> list[Path]:
-    """Remove the empty staging folders (``<session>/.capture/window_<n>/``) of a process
-    killed mid-window (torch held the window: nothing to recover), with the session's other
-    empty folders, on the conditions docs/spool.md lists. Returns the staging folders removed.
+    """Remove the empty staging folders of processes killed mid-window, on the conditions
+    docs/spool.md lists. Returns the staging folders removed.
 
     Example:
         >>> import tempfile

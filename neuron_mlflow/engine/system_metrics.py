@@ -1,9 +1,5 @@
-"""Neuron system metrics for the whole job: the ``neuron-monitor`` sampler, logged to MLflow.
-
-One sampler per host (local rank 0), from the session or an attached front end's set-up to
-its close (or interpreter exit). Samples (``system/neuron/...``,
-:mod:`neuron_mlflow.capture.backends.neuron_monitor`) go to the run with ``log_batch`` in
-chunks of 1000; until the run is known (made with the first upload) they wait, bounded.
+"""Neuron system metrics for the whole job: the ``neuron-monitor`` sampler, logged to MLflow
+(docs/neuron.md). Until the run is known (made with the first upload) samples wait, bounded.
 
 Example:
     >>> from neuron_mlflow.config import ProfilerConfig
@@ -61,9 +57,7 @@ class SystemMetrics:
     """The sampler and its MLflow logging for one session (or one attached front end).
 
     Args:
-        config: the configuration (``neuron.monitor_period_s``).
         run_id: returns the run to log into, or ``None`` while it is not known.
-        tracking_uri: the tracking server (``None``: what MLflow resolves).
     """
 
     def __init__(

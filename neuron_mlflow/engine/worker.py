@@ -63,8 +63,8 @@ WORKER_LOG = "worker.log"
 IDLE_S = float(os.environ.get("NEURON_MLFLOW_WORKER_IDLE_S", "60"))
 """How long a worker with living clients waits for work before it exits."""
 _STARTED: dict[Path, subprocess.Popen[bytes]] = {}
-"""The worker this process started last, per spool: no second one starts while it lives,
-however long its start takes (an idle-class interpreter on a busy host can take minutes)."""
+"""The worker this process started last, per spool: no second one while it lives (an
+idle-class interpreter can take minutes to start)."""
 
 MAX_ATTEMPTS = 3
 """A job whose worker died this often (a trace that kills it) is given up: marked failed."""
@@ -226,11 +226,8 @@ def _own_worker(root: Path) -> subprocess.Popen[bytes] | None:
 
 
 def start_worker(root: Path) -> subprocess.Popen[bytes]:
-    """Start ``python -m neuron_mlflow.engine.worker <root>`` in its own process group, its
-    output appended to ``<root>/worker.log``; it outlives this process.
-
-    Not a new session: with autogroup scheduling a new session is a CPU group of its own,
-    as strong as the training's whole group, which makes the idle class moot."""
+    """Start the worker of ``root``, idle-class, logging to ``worker.log``; it outlives this
+    process. Its own process group, not session (autogroup: docs/benchmarks.md)."""
     root.mkdir(parents=True, exist_ok=True)
     package_parent = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
