@@ -1,9 +1,6 @@
-"""A window's end on the training thread: its one record.
-
-Once the profiler stopped and the trace is written, :func:`end_record` completes the
-session's part (:func:`session_record`, made when its first window opens) into the window's
-record (:class:`~neuron_mlflow.sinks.window_record.Window`). No MLflow call: the session
-queues the record, and :func:`neuron_mlflow.engine.pipeline.finish_window` does the rest.
+"""A window's end on the training thread: :func:`end_record` completes the session's part
+(:func:`session_record`) into the window's one record, with no MLflow call; the session
+queues it for the worker (docs/ARCHITECTURE.md).
 
 Example:
     >>> import tempfile, time, torch

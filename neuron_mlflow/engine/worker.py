@@ -1,11 +1,7 @@
 """The worker process: puts queued windows in place, summarises and uploads them.
 
-The training thread only writes each window's record
-(:class:`~neuron_mlflow.sinks.window_record.Window`) into ``<local_dir>/.queue/``;
-everything slow runs here, in an idle-class interpreter without torch or user code, with
-the same pipeline as ``sync`` (:func:`~neuron_mlflow.engine.pipeline.finish_window`). One
-worker per spool folder (``.worker.lock``); its lifetime, the ``.capturing/`` pause and the
-``.clients/`` registry are described in docs/spool.md ("The worker process").
+Everything slow after a window's end runs here, idle-class, without torch or user code,
+with ``sync``'s pipeline; one worker per spool (docs/spool.md, "The worker process").
 
 Example:
     >>> import tempfile
