@@ -124,11 +124,7 @@ def spool_traces(
 
 
 def ingest(
-    paths: list[Path],
-    run_id: str | None = None,
-    experiment: str | None = None,
-    prefix: str = "profile",
-    local_dir: Path = Path("neuron_mlflow_traces"),
+    paths: list[Path], run_id: str | None, experiment: str | None, prefix: str, local_dir: Path
 ) -> tuple[str, WindowRecord, dict[int, tuple[Path, TraceResult]]]:
     """Spool the traces as one window and log it into ``run_id`` (or a new run); the files
     given are never touched (the spool's copy of them leaves once MLflow confirmed them).
