@@ -52,10 +52,8 @@ def mlflow_failed(verb: str, exc: Exception) -> int:
 
 
 def reading_mlflow(verb: str, body: Callable[[Any], int], bounded: bool = True) -> int:
-    """``body(MlflowClient())``, the work of a verb that reads MLflow, with MLflow's INFO lines
-    off unless ``MLFLOW_LOGGING_LEVEL`` is set and, if ``bounded``, its HTTP retries bounded. A
-    tracking server that does not answer or an MLflow failure is one line and exit 1; an
-    unknown run or window, one line and exit 2."""
+    """``body(MlflowClient())`` with MLflow's INFO lines off and, if ``bounded``, its HTTP
+    retries bounded: an MLflow failure is one line and exit 1, an unknown run or window exit 2."""
     import logging
 
     import mlflow
@@ -103,9 +101,7 @@ def _cannot_make(folder: Path) -> str | None:
 
 
 def folder_problem(flag: str, folder: Path) -> str | None:
-    """Why ``folder`` cannot be an output folder (``download --dest``, ``--local-dir``): it
-    exists and is not a folder, or it cannot be made; None when it is a folder or can be made
-    (nothing is left behind by looking).
+    """Why ``folder`` cannot be an output folder, or None; nothing is left behind by looking.
 
     Example:
         >>> import tempfile
@@ -127,9 +123,7 @@ def folder_problem(flag: str, folder: Path) -> str | None:
 
 
 def _html_problem(path: Path) -> str | None:
-    """Why ``compare --html PATH`` cannot be written: PATH is a folder, its folder is a file or
-    cannot be made, or a new file cannot be made there (``/proc``, no permission); None
-    otherwise (a failure while writing is told then). Nothing is left behind by looking.
+    """Why ``compare --html PATH`` cannot be written, or None; nothing is left behind by looking.
 
     Example:
         >>> import tempfile
@@ -322,7 +316,7 @@ PARENT_TAG = "mlflow.parentRunId"  # MLflow's tag on a nested run: its parent's 
 @dataclass
 class _Unit:
     """One profiled run to compare: a job's variant (``variant``: the nested run's name) or a
-    plain run (``variant`` None); ``job`` is the top-level run it belongs to, when known."""
+    plain run; ``job``: the top-level run it belongs to, when known."""
 
     run_id: str
     variant: str | None = None
@@ -364,9 +358,8 @@ def _variants(client: Any, parent: Any) -> list[_Unit]:
 
 
 def _pick_jobs(client: Any, experiment: str, last: int) -> list[list[_Unit]]:
-    """The ``last`` most recent jobs of ``experiment``, oldest first, each as its units: a
-    top-level run with profiled nested runs is one job (its variants); a top-level run with
-    profile metrics and no such nested run is a job of its own. Nested runs are not jobs."""
+    """The ``last`` most recent jobs of ``experiment``, oldest first, each as its units (a
+    parent's variants, or a profiled top-level run alone)."""
     from neuron_mlflow.errors import CompareError
     from neuron_mlflow.sinks.profiles import profile_prefixes
 
@@ -631,12 +624,7 @@ def _sync_report(report: SyncReport, local_dir: str, made: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
-
-    Example:
-        >>> main(["frobnicate"])
-        2
-    """
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["run"]:  # its options and the command are its own (cli/run.py)
         from neuron_mlflow.cli.run import run_command

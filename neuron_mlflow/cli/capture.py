@@ -69,9 +69,8 @@ def start_step(beats: dict[int, dict[str, Any]], roundup: int, now: float) -> in
 
 
 def not_running(status: str, beats: dict[int, dict[str, Any]], now: float) -> str | None:
-    """Why a run cannot take a request, or ``None``: it has ended (its status), or its newest
-    heartbeat is older than :data:`STALE_POLLS` x ``poll_s`` (and :data:`STALE_S`): the job
-    that polled it is gone. A run with no heartbeat yet may still be starting.
+    """Why a run cannot take a request (it has ended, or its heartbeats are stale), or None; a
+    run with no heartbeat yet may still be starting.
 
     Example:
         >>> not_running("RUNNING", {0: {"poll_s": 1.0, "time": 100.0}}, now=190.0)

@@ -222,8 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def percentage(text: str) -> float | None:
-    """``--fail-above``'s value: a percentage, or ``off`` (no gate, as when it is not given:
-    what ``MLproject``'s ``compare`` passes by default).
+    """``--fail-above``'s value: a percentage, or ``off`` (no gate: ``MLproject``'s default).
 
     Example:
         >>> percentage("5"), percentage("off")

@@ -1,10 +1,8 @@
 """``neuron-mlflow run [options] -- COMMAND [ARGS...]``: any command, profiled, unedited.
 
-The verb applies ``nm.autolog()`` in every Python process of the command (``torchrun``'s
-workers included) through a ``sitecustomize`` put first on ``PYTHONPATH``
-(:mod:`neuron_mlflow.cli.site`); its options, the ``ProfilerConfig`` fields, reach them as
-``NEURON_MLFLOW_*`` variables. One MLflow run for the whole command, signals forwarded to its
-process group, its exit code: docs/autolog.md, "neuron-mlflow run".
+``nm.autolog()`` reaches every Python process of the command through a ``sitecustomize`` put
+first on ``PYTHONPATH``, its options as ``NEURON_MLFLOW_*`` variables: docs/autolog.md,
+"neuron-mlflow run".
 
 Example:
     >>> run_command(["--backend", "tpu", "--", "true"])

@@ -178,9 +178,7 @@ def print_download(
     client: Any, run_id: str, window: str | None, dest: Path, out: TextIO, open_first: bool = False
 ) -> int:
     """The ``download`` verb: fetch the traces of ``window`` (default: the latest) into
-    ``dest``, print the commands that open them; with ``open_first``, run the first command
-    when ``neuron-explorer`` is on ``PATH``. A run without windows but with child runs lists
-    them.
+    ``dest`` and print the commands that open them (docs/cli.md, ``download``).
 
     Returns:
         The exit code of the command that ran (0 when none ran).

@@ -1,9 +1,7 @@
-"""``neuron-mlflow run``: autolog in every Python process the command starts.
+"""``neuron-mlflow run``: autolog in every Python process the command starts (docs/autolog.md).
 
-The verb puts this folder first on ``PYTHONPATH`` and sets ``NEURON_MLFLOW_AUTOLOG=1``, so
-``site`` imports this module in every interpreter of the command (docs/autolog.md). It runs
-the ``sitecustomize`` it shadows, then
-:func:`neuron_mlflow.integrations.autolog.autolog_from_environment`; a failure is one line on
+``site`` imports this module in every interpreter of the command; it runs the
+``sitecustomize`` it shadows, then ``autolog_from_environment``; a failure is one line on
 stderr and the program runs unprofiled.
 """
 
