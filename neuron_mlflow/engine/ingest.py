@@ -80,9 +80,6 @@ def spool_traces(
     main_rank = next(iter(ranks))
     main = ranks[main_rank][1]
     summary = main.summary
-    rank_values: dict[str, float] = {}
-    for rank, (_, result) in ranks.items():
-        rank_values.update(rank_metrics(prefix, rank, result.summary))
     tags = {
         run_tag("source"): "ingest",
         run_tag("version"): package_version(),
@@ -115,7 +112,8 @@ def spool_traces(
         metrics = window_metrics(summary, prefix, top_k)
         if main.device_busy_pct is not None and summary.device_time_us is not None:
             metrics[busy_metric(prefix)] = main.device_busy_pct
-        metrics.update(rank_values)
+        for rank, (_, result) in ranks.items():
+            metrics.update(rank_metrics(prefix, rank, result.summary))
         record.summarised(metrics)
     except BaseException:
         record.release()
