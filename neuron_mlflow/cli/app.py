@@ -542,8 +542,7 @@ def _compare_runs(args: argparse.Namespace, client: Any) -> int:
     print(comparison.render(args.format), end="")
     if args.html or args.log_to:
         html_path = Path(args.html) if args.html else None
-        written = publish_comparison(comparison, html_path, args.log_to, args.fail_above, client)
-        for item in written:
+        for item in publish_comparison(comparison, html_path, args.log_to, args.fail_above, client):
             print(f"wrote {item}", file=sys.stderr)
     if args.fail_above is not None:
         failures = regressions(comparison, args.fail_above, ops=args.ops)
