@@ -254,8 +254,7 @@ def _summarize(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from neuron_mlflow.config import ProfilerConfig
-    from neuron_mlflow.engine.ingest import IngestError, ingest
-    from neuron_mlflow.trace.reader import TraceFormatError
+    from neuron_mlflow.engine.ingest import ingest
 
     local_dir = Path(args.local_dir or ProfilerConfig().local_dir)
     paths = [Path(p) for p in args.paths]
@@ -268,7 +267,7 @@ def _ingest(args: argparse.Namespace) -> int:
     try:
         ProfilerConfig(metric_prefix=args.prefix)
         run_id, record, ranks = ingest(paths, args.run_id, args.experiment, args.prefix, local_dir)
-    except (IngestError, TraceFormatError, ValueError) as exc:
+    except ValueError as exc:  # IngestError, TraceFormatError, ConfigError (--prefix)
         return fail("ingest", exc, EXIT_USAGE)
     except ConnectionError as exc:
         return fail("ingest", exc, EXIT_FAILURE)
