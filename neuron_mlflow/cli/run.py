@@ -37,11 +37,9 @@ from neuron_mlflow.config import CONFIG_FILE_ENV, ENV_PREFIX, ProfilerConfig, co
 from neuron_mlflow.engine.options import JOB_ID_ENV, RUN_ID_ENV
 from neuron_mlflow.integrations.autolog import AUTOLOG_ENV, NOTHING_PROFILED, REPORTS_ENV
 
-SITE_DIR = Path(__file__).resolve().parent / "site"
-"""The folder of the ``sitecustomize`` put first on the command's ``PYTHONPATH``."""
+SITE_DIR = Path(__file__).resolve().parent / "site"  # put first on the command's PYTHONPATH
 
-FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-"""Signals the verb passes on to the command's process group."""
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")  # to its group
 
 EXIT_CANNOT_RUN = 126
 EXIT_NOT_FOUND = 127
