@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import fields
 
 from neuron_mlflow.summary.names import display_names
-from neuron_mlflow.summary.ops import OpSummary
+from neuron_mlflow.summary.ops import OpStats, OpSummary
 from neuron_mlflow.summary.verdict import verdict_lines
 
 
@@ -32,11 +33,7 @@ def format_us(us: float) -> str:
 
 
 def render_markdown(summary: OpSummary, title: str | None = None) -> str:
-    """Render the summary as a Markdown table in the seed's layout, with totals below.
-
-    Columns: Name, Calls, Self CPU, Self <DEVICE>, <DEVICE> % (device columns only when device
-    time was measured; otherwise CPU %). Long names are shortened
-    (:func:`~neuron_mlflow.summary.names.display_names`); CSV and JSON keep them in full.
+    """The summary as a Markdown table in the seed's layout (short names), with totals below.
 
     Example:
         >>> from neuron_mlflow.summary.ops import RawOp, build_summary
@@ -87,17 +84,7 @@ def render_markdown(summary: OpSummary, title: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-_CSV_COLUMNS = (
-    "calls",
-    "self_cpu_us",
-    "cpu_total_us",
-    "cpu_pct",
-    "self_device_us",
-    "device_total_us",
-    "device_pct",
-    "input_shapes",
-    "flops",
-)
+_CSV_COLUMNS = [f.name for f in fields(OpStats)][1:]  # every field but the name
 
 
 def render_csv(summary: OpSummary, keys: dict[str, str]) -> str:
