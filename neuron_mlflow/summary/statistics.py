@@ -1,7 +1,5 @@
-"""How sure a comparison is: the ratio candidate / baseline with a confidence interval, and a
-verdict (pure Python, seeded, no numpy). A side is runs -> windows -> per-step values
-(:data:`Side`); the statistic, the bootstrap, the verdicts and their assumptions:
-``docs/comparing.md`` ("The method").
+"""How sure a comparison is: the ratio candidate / baseline, a seeded bootstrap interval and a
+verdict; the method: ``docs/comparing.md``.
 
 Example:
     >>> base = [[[100.0, 101, 99, 100, 102, 98, 100]]]
@@ -54,7 +52,8 @@ Side = Sequence[Sequence[Sequence[float]]]
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values``, linear between order statistics.
+    """The ``q`` quantile (0..1), linear between order statistics (not ``numpy.quantile``: it
+    differs in the last bit).
 
     Example:
         >>> quantile([1.0, 2.0, 3.0, 4.0], 0.5), quantile([7.0], 0.25)
@@ -80,7 +79,7 @@ def median(values: Sequence[float]) -> float:
 
 
 def iqr(values: Sequence[float]) -> float:
-    """The interquartile range (Q3 - Q1).
+    """Q3 - Q1.
 
     Example:
         >>> iqr([1.0, 2.0, 3.0, 4.0, 5.0])
@@ -110,8 +109,7 @@ def disturbed(wall_us: float, cpu_wait_us: float | None, switches: int | None) -
 
 def first_step_outlier(values: Sequence[float]) -> bool:
     """True when the first step of a window lies outside Tukey's fences of its other steps
-    (:data:`OUTLIER_FENCE`; the IQR floored at 1 % of their median, so steps quantised to one
-    value do not make every difference an outlier); with fewer than 4 other steps, False.
+    (the first step rule of ``docs/comparing.md``).
 
     Example:
         >>> first_step_outlier([900.0, 100, 102, 98, 101, 99])
@@ -139,20 +137,10 @@ def kept_steps(values: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The comparison of one metric: ratio candidate / baseline, its interval and verdict.
-
-    Attributes:
-        verdict: ``regression``, ``improvement``, ``no change`` or ``insufficient data``.
-        ratio: candidate / baseline (``None`` when either side has no data or the baseline
-            is 0).
-        low, high: the interval's bounds (``None`` without ``ratio``, or with too few
-            samples).
-        baseline, candidate: each side's value (mean over runs of each run's 10th
-            percentile step).
-        steps: kept steps per side ``(baseline, candidate)``; ``windows`` likewise;
-            ``runs``: runs per side (one whose every step was disturbed too).
-        confidence: the interval's level.
-        reason: why the verdict, in words.
+    """The comparison of one metric: ratio candidate / baseline (``None`` without data on a
+    side or with a baseline of 0), its interval (``None`` also with too few samples), verdict
+    and reason; ``baseline``, ``candidate``: each side's :func:`side_value`; ``steps``,
+    ``windows``, ``runs``: per side (a run whose every step was disturbed counts).
     """
 
     verdict: str
@@ -188,8 +176,8 @@ def _clean(side: Side) -> list[list[list[float]]]:
 
 
 def side_value(side: Side) -> float | None:
-    """A side's value, as the verdicts see it: the mean over its runs of the :data:`QUANTILE`
-    quantile of the run's kept steps, all windows pooled; ``None`` without samples.
+    """The mean over its runs of the :data:`QUANTILE` quantile of each run's kept steps;
+    ``None`` without samples.
 
     Example:
         >>> side_value([[[100.0, 101, 99, 100, 102]], [[110.0, 111, 109, 110, 112]]])
@@ -234,10 +222,8 @@ def compare_samples(
     name: str = "",
     resamples: int = RESAMPLES,
 ) -> Estimate:
-    """Compare two sides (runs -> windows -> per-step values): ratio, interval at level
-    ``confidence``, verdict at ``margin_pct``. Deterministic: the bootstrap (``resamples``
-    replicates, more when the level needs deeper tails) is seeded from :data:`SEED` and
-    ``name`` (the metric), so each metric has its own draws.
+    """Ratio, interval at level ``confidence`` and verdict at ``margin_pct`` of two sides; the
+    bootstrap is seeded from :data:`SEED` and ``name`` (the metric): its own draws per metric.
 
     Example:
         >>> same = [[[10.0, 10.2, 9.9, 10.1, 10.0, 9.8]], [[10.1, 9.9, 10.0, 10.2, 10.1, 9.9]]]
@@ -301,10 +287,8 @@ def compare_samples(
 
 def steps_needed(cv_pct: float, margin_pct: float, confidence: float = CONFIDENCE) -> int:
     """Rough steps a side needs so that noise of ``cv_pct`` (the steps' coefficient of
-    variation) gives an interval of the median ratio within ``margin_pct`` / 2 either side.
-
-    The median of ``n`` steps has a standard error of about ``1.25 sigma / sqrt(n)``; a
-    ratio of two such has ``sqrt(2)`` times that.
+    variation) gives an interval within ``margin_pct`` / 2 either side: the median of ``n``
+    steps has a standard error of about ``1.25 sigma / sqrt(n)``, a ratio ``sqrt(2)`` times that.
 
     Example:
         >>> steps_needed(10.0, 10.0)
