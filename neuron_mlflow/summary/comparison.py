@@ -1,8 +1,7 @@
 """Compare profiled runs: headline metrics side by side and per-op changes against a baseline.
 
-Pure functions over :class:`RunProfile` records; :mod:`neuron_mlflow.sinks.profiles` reads
-them from MLflow (metrics, and ``summary.json`` artifacts for per-op detail beyond the logged
-top-k), so it works against any tracking URI.
+Pure functions over :class:`RunProfile` records (:mod:`neuron_mlflow.sinks.profiles` reads
+them from MLflow); what a comparison shows and decides: ``docs/comparing.md``.
 
 Example:
     >>> rows = [RunProfile("a", "naive", "profile", {"cpu_time_us": 10.0, "op_calls": 6.0}, {}),
@@ -234,16 +233,10 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Outcome:
-    """The one answer of a comparison, the same on every surface (:func:`decide`).
-
-    Attributes:
-        fastest: the fastest run's name, only when decided against the runner-up.
-        runner_up: the next fastest run's name.
-        speedup: the runner-up's value over the fastest's (the shown statistic).
-        estimate: the fastest against the runner-up (ratio fastest / runner-up).
-        result: one short line for the runs list: ``rms_norm fastest: 2.41x vs compiled`` or
-            ``no winner: ...``.
-        detail: the statistic and the reason, in full.
+    """The one answer of a comparison (:func:`decide`): ``fastest`` is named only when decided
+    against ``runner_up`` (``estimate``: the pair's); ``speedup``: the runner-up's value over
+    the fastest's; ``result``: ``rms_norm fastest: 2.41x vs compiled`` or ``no winner: ...``;
+    ``detail``: why, in full.
     """
 
     fastest: str | None
@@ -293,12 +286,9 @@ def compare_profiles(
     top: int = 20,
     margin_pct: float | None = None,
 ) -> Comparison:
-    """Compare run profiles on what they share, against ``baseline`` (default: the first).
-
-    Every headline metric with samples (:data:`SAMPLED`) and every op on both sides gets a
-    ratio to the baseline with an interval and a verdict (:mod:`~neuron_mlflow.summary.statistics`,
-    margin ``margin_pct``, default :data:`~neuron_mlflow.summary.statistics.DEFAULT_MARGIN_PCT`);
-    the op intervals are Bonferroni-corrected for the number of ops compared.
+    """Compare run profiles on what they share, against ``baseline`` (default: the first): every
+    headline metric with samples (:data:`SAMPLED`) and every op on both sides gets a ratio, an
+    interval and a verdict at ``margin_pct`` (default 5).
 
     Example:
         >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 4.0}, {"aten::mul": {"self_cpu_us": 4.0}})
@@ -424,9 +414,8 @@ def _disturbed_result(p: RunProfile) -> str:
 
 
 def decide(c: Comparison) -> Outcome:
-    """The one answer: the fastest run by the :data:`STATISTIC` of the headline time, named
-    only when its difference to the runner-up is decided (the runner-up's verdict against it
-    is ``improvement`` at the comparison's margin); else no winner, and why.
+    """The one answer: the fastest run by the headline time, named only when its difference to
+    the runner-up is decided (``docs/comparing.md``, "One answer").
 
     Example:
         >>> fast = RunProfile("a", "fused", "p", {"cpu_time_us": 50.0}, {},
@@ -538,9 +527,8 @@ def _gated(c: Comparison, ops: bool) -> list[tuple[RunProfile, str, Estimate]]:
 
 
 def regressions(comparison: Comparison, fail_above_pct: float, ops: bool = False) -> list[str]:
-    """Why the gate fails: one line per gated row whose interval's lower bound is above
-    ``1 + fail_above_pct / 100`` (empty when none is). Gated: the headline time metric
-    (``time_metric``), and with ``ops`` every op on both sides that takes at least 1 % of it.
+    """Why the gate fails: one line per gated row (:func:`_gated`) whose interval's lower bound
+    is above ``1 + fail_above_pct / 100``.
 
     Example:
         >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 100.0}, {},
@@ -560,9 +548,8 @@ def regressions(comparison: Comparison, fail_above_pct: float, ops: bool = False
 
 
 def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) -> list[str]:
-    """Gated rows the gate cannot decide (``insufficient data`` for it): too few samples, or
-    an interval that reaches above ``1 + fail_above_pct / 100`` without its lower bound being
-    above it. Empty when every gated row is decided.
+    """Gated rows the gate cannot decide: too few samples, or an interval that reaches above
+    ``1 + fail_above_pct / 100`` without its lower bound being above it.
 
     Example:
         >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 100.0}, {})
@@ -586,8 +573,8 @@ def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) 
 
 
 def undecided_advice(comparison: Comparison) -> str:
-    """What would let the gate decide (:func:`undecided`): a quieter machine when a side's
-    steps were mostly disturbed by other processes, else more steps, windows or runs.
+    """What would let the gate decide: a quieter machine when a side's steps were mostly
+    disturbed, else more steps, windows or runs.
 
     Example:
         >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 1.0}, {}, steps_read=20)

@@ -217,16 +217,7 @@ def _how_sure(c: Comparison) -> str:
 def render_comparison_html(
     comparison: Comparison, fail_above_pct: float | None = None, title: str = "Comparison"
 ) -> str:
-    """Render ``comparison.html`` (see the module docstring).
-
-    Args:
-        comparison: from :func:`~neuron_mlflow.summary.comparison.compare_profiles`.
-        fail_above_pct: ``--fail-above``: show the regression verdict for this limit.
-        title: the page's heading.
-
-    Returns:
-        The page (UTF-8 text).
-    """
+    """``comparison.html``, with the verdict of ``--fail-above fail_above_pct`` when given."""
     c = comparison
     base = next(r for r in c.runs if r.run_id == c.baseline)
     runs = " · ".join(
