@@ -1,20 +1,12 @@
-"""Readable operator and kernel names for tables and reports (the full name is kept elsewhere).
+"""Readable operator and kernel names for tables and reports (``docs/report.md``); the full
+names stay in ``summary.csv``/``ops.csv``, ``summary.json`` and the report's tooltips.
 
-Demangled C++ kernel names run to thousands of characters. :func:`short_name` folds them:
-
-1. a name of at most ``max_chars`` characters is kept as it is;
-2. a leading ``void`` (the return type of a demangled kernel) and the argument list go;
-   template arguments nested inside template arguments become ``<...>`` (this form may run
-   ``SLACK_CHARS`` over, to keep the first template arguments, which tell kernels apart);
-3. if that is still too long, every template argument list becomes ``<...>``;
-   before that, without the namespaces in front of the identifier (``at::native::``),
-   and then with the first template arguments cut to fit and ending in ``...>``;
-4. then the namespaces in front of the identifier go;
-5. last, the identifier is cut at a ``_`` boundary and ends in ``...``.
-
-A long name that is not C++ (a Python class, say) keeps its start and its end.
-
-Full names stay in ``summary.csv``/``ops.csv``, ``summary.json`` and the report's tooltips.
+:func:`short_name` folds a long demangled C++ name until it fits: ``void`` and the argument
+list go and nested template arguments become ``<...>`` (up to ``SLACK_CHARS`` over, to keep the
+first template arguments, which tell kernels apart), without the namespaces if needed; then the
+first template arguments are cut; then every template argument list becomes ``<...>`` and the
+namespaces go; last, the identifier is cut at a ``_``. A long name that is not C++ keeps its
+start and its end.
 
 Example:
     >>> short_name("aten::mul")

@@ -170,9 +170,6 @@ def build_summary(
         The summary. With ``device_label`` set but no device time above zero, device fields
         stay ``None`` and ``device_note`` says that device time was not captured.
 
-    Raises:
-        ValueError: ``steps`` is below 1.
-
     Example:
         >>> s = build_summary([RawOp("aten::mul", 6, 12.0, 12.0)], 6, 2, 40.0)
         >>> s.ops[0].calls, s.ops[0].self_cpu_us, s.wall_time_us

@@ -222,17 +222,13 @@ def render_report(
     timeline: Mapping[str, Any] | None = None,
     budget_bytes: int = BUDGET_BYTES,
 ) -> str:
-    """Render one window's ``report.html`` from plain data.
+    """One window's ``report.html``.
 
     Args:
-        summary: the window's summary.
         header: label to value, shown in order (backend, device, window, run, versions...).
         timeline: :meth:`Timeline.to_dict() <neuron_mlflow.trace.timeline.Timeline.to_dict>`
             of the window's trace, or ``None`` (no timeline section then).
         budget_bytes: the page's size budget; the timeline drops its shortest bars to fit.
-
-    Returns:
-        The page (UTF-8 text).
     """
     s = summary.to_dict()
     t = dict(timeline) if timeline else None

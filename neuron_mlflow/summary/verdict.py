@@ -68,10 +68,8 @@ def window_verdict(inputs: VerdictInputs) -> tuple[str | None, str]:
 
 
 def op_verdict(op: OpStats, flops: float | None = None) -> str | None:
-    """One operator's verdict from its per-step numbers: ``overhead-bound`` when its self CPU
-    time per call is at least its device time per call (dispatching costs more than the work);
-    else ``compute-bound`` with a FLOP count (matrix multiplies, convolutions: ``with_flops``),
-    else ``memory-bound`` (element-wise ops and reductions); ``None`` without device time.
+    """One operator's verdict from its per-step numbers (the rule: ``docs/neuron.md``);
+    ``None`` without device time.
 
     Example:
         >>> from neuron_mlflow.summary.ops import OpStats
