@@ -744,7 +744,6 @@ _JSON_RUN_FIELDS = (
 
 
 def render_json(c: Comparison) -> str:
-    """The comparison as JSON."""
     data = {
         "baseline": c.baseline,
         "time_metric": c.time_metric,
