@@ -109,14 +109,7 @@ def disturbed(wall_us: float, cpu_wait_us: float | None, switches: int | None) -
 
 def first_step_outlier(values: Sequence[float]) -> bool:
     """True when the first step of a window lies outside Tukey's fences of its other steps
-    (the first step rule of ``docs/comparing.md``).
-
-    Example:
-        >>> first_step_outlier([900.0, 100, 102, 98, 101, 99])
-        True
-        >>> first_step_outlier([103.0, 100, 102, 98, 101, 99]), first_step_outlier([900.0, 1, 2])
-        (False, False)
-    """
+    (the first step rule of ``docs/comparing.md``)."""
     rest = list(values[1:])
     if len(rest) < 4:
         return False
@@ -126,12 +119,7 @@ def first_step_outlier(values: Sequence[float]) -> bool:
 
 
 def kept_steps(values: Sequence[float]) -> list[float]:
-    """The steps of one window that comparisons use: all but an outlying first step.
-
-    Example:
-        >>> kept_steps([900.0, 100, 102, 98, 101, 99])
-        [100, 102, 98, 101, 99]
-    """
+    """The steps of one window that comparisons use: all but an outlying first step."""
     return list(values[1:]) if first_step_outlier(values) else list(values)
 
 
