@@ -574,15 +574,7 @@ def undecided(comparison: Comparison, fail_above_pct: float, ops: bool = False) 
 
 def undecided_advice(comparison: Comparison) -> str:
     """What would let the gate decide: a quieter machine when a side's steps were mostly
-    disturbed, else more steps, windows or runs.
-
-    Example:
-        >>> a = RunProfile("a", "a", "p", {"cpu_time_us": 1.0}, {}, steps_read=20)
-        >>> b = RunProfile("b", "B", "p", {"cpu_time_us": 1.0}, {}, steps_disturbed=20,
-        ...                steps_read=20)
-        >>> undecided_advice(compare_profiles([a, b]))  # doctest: +ELLIPSIS
-        'every step of B was disturbed by other processes: rerun on a quieter machine ...'
-    """
+    disturbed, else more steps, windows or runs."""
     busy = [r for r in comparison.runs if _mostly_disturbed(r)]
     if not busy:
         return (

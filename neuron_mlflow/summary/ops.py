@@ -169,11 +169,6 @@ def build_summary(
     Returns:
         The summary. With ``device_label`` set but no device time above zero, device fields
         stay ``None`` and ``device_note`` says that device time was not captured.
-
-    Example:
-        >>> s = build_summary([RawOp("aten::mul", 6, 12.0, 12.0)], 6, 2, 40.0)
-        >>> s.ops[0].calls, s.ops[0].self_cpu_us, s.wall_time_us
-        (3.0, 6.0, 20.0)
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")

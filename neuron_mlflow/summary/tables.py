@@ -33,15 +33,7 @@ def format_us(us: float) -> str:
 
 
 def render_markdown(summary: OpSummary, title: str | None = None) -> str:
-    """The summary as a Markdown table in the seed's layout (short names), with totals below.
-
-    Example:
-        >>> from neuron_mlflow.summary.ops import RawOp, build_summary
-        >>> s = build_summary([RawOp("aten::mul", 3, 60.9, 60.9, 1164.5, 1164.5)], 1, 1, 1.0,
-        ...                   device_label="NEURON")
-        >>> print(render_markdown(s).splitlines()[0])
-        | Name | Calls | Self CPU | Self NEURON | NEURON % |
-    """
+    """The summary as a Markdown table in the seed's layout (short names), with totals below."""
     lines = [f"## {title}", ""] if title else []
     label = summary.device_label
     names = display_names(op.name for op in summary.ops)

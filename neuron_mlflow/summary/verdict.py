@@ -70,13 +70,6 @@ def window_verdict(inputs: VerdictInputs) -> tuple[str | None, str]:
 def op_verdict(op: OpStats, flops: float | None = None) -> str | None:
     """One operator's verdict from its per-step numbers (the rule: ``docs/neuron.md``);
     ``None`` without device time.
-
-    Example:
-        >>> from neuron_mlflow.summary.ops import OpStats
-        >>> op_verdict(OpStats("aten::mul", 3.0, 60.9, 60.9, 50.0, 1164.5, 1164.5, 49.5))
-        'memory-bound'
-        >>> op_verdict(OpStats("aten::mm", 1.0, 10.0, 10.0, 50.0, 400.0, 400.0, 50.0), 2e9)
-        'compute-bound'
     """
     if op.self_device_us is None or op.self_device_us <= 0:
         return None
